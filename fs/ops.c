@@ -1,0 +1,392 @@
+/* FUSE low-level operations: each handler calls the core (src/tree.h) and
+ * turns its result into a reply. Nothing else lives here. */
+#include "autoconf.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "tree.h"
+
+static struct tree *tree_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static struct node *node_of(fuse_req_t req, fuse_ino_t ino)
+{
+	return tree_node_from_id(tree_of(req), ino);
+}
+
+static struct handle *handle_of(const struct fuse_file_info *fi)
+{
+	return (struct handle *)(uintptr_t)fi->fh;
+}
+
+static void set_open_flags(struct fuse_file_info *fi, struct handle *h,
+			   const struct tree_open_reply *r)
+{
+	fi->fh = (uint64_t)(uintptr_t)h;
+	fi->keep_cache = r->keep_cache;
+	fi->direct_io = r->direct_io;
+	fi->noflush = r->noflush;
+	fi->nonseekable = r->nonseekable;
+}
+
+static void fill_entry(fuse_req_t req, const struct tree_entry *e, struct fuse_entry_param *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->ino = tree_node_id(tree_of(req), e->node);
+	p->attr = e->st;
+	p->attr_timeout = e->attr_timeout;
+	p->entry_timeout = e->entry_timeout;
+}
+
+/* A positive entry hands the kernel one lookup reference; a negative one
+ * (ino 0) asks it to remember the absence for entry_timeout. */
+static void reply_entry(fuse_req_t req, int rc, const struct tree_entry *e)
+{
+	struct fuse_entry_param p;
+
+	if (rc == -ENOENT && e->entry_timeout > 0) {
+		memset(&p, 0, sizeof(p));
+		p.entry_timeout = e->entry_timeout;
+		fuse_reply_entry(req, &p);
+		return;
+	}
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fill_entry(req, e, &p);
+	if (fuse_reply_entry(req, &p) != 0)
+		tree_forget(tree_of(req), e->node, 1); /* the request was interrupted */
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct tree_entry e;
+	int rc = tree_lookup(tree_of(req), node_of(req, parent), name, &e);
+
+	reply_entry(req, rc, &e);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	tree_forget(tree_of(req), node_of(req, ino), nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	for (size_t i = 0; i < count; i++)
+		tree_forget(tree_of(req), node_of(req, forgets[i].ino), forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct stat st;
+	double timeout;
+	int rc = tree_getattr(tree_of(req), node_of(req, ino), &st, &timeout);
+
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_attr(req, &st, timeout);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	static const struct { int fuse; unsigned tree; } bits[] = {
+		{ FUSE_SET_ATTR_MODE, TREE_SET_MODE },   { FUSE_SET_ATTR_UID, TREE_SET_UID },
+		{ FUSE_SET_ATTR_GID, TREE_SET_GID },     { FUSE_SET_ATTR_SIZE, TREE_SET_SIZE },
+		{ FUSE_SET_ATTR_ATIME, TREE_SET_ATIME }, { FUSE_SET_ATTR_MTIME, TREE_SET_MTIME },
+		{ FUSE_SET_ATTR_ATIME_NOW, TREE_SET_ATIME }, { FUSE_SET_ATTR_MTIME_NOW, TREE_SET_MTIME },
+		{ FUSE_SET_ATTR_CTIME, TREE_SET_CTIME },
+	};
+	unsigned set = 0;
+	struct stat out;
+	double timeout;
+
+	for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++)
+		if (to_set & bits[i].fuse)
+			set |= bits[i].tree;
+	int rc = tree_setattr(tree_of(req), node_of(req, ino), set, attr, &out, &timeout);
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_attr(req, &out, timeout);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	struct tree_entry e;
+	int rc = tree_mkdir(tree_of(req), node_of(req, parent), name, &e);
+
+	reply_entry(req, rc, &e);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, -tree_rmdir(tree_of(req), node_of(req, parent), name));
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, -tree_unlink(tree_of(req), node_of(req, parent), name));
+}
+
+static void op_refuse(fuse_req_t req)
+{
+	fuse_reply_err(req, EPERM);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	op_refuse(req);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	op_refuse(req);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	op_refuse(req);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	op_refuse(req); /* a key includes its path: names are not movable */
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	struct tree *t = tree_of(req);
+	struct tree_entry e;
+	struct tree_open_reply r = { 0 };
+	struct handle *h = NULL;
+	struct fuse_entry_param p;
+	int rc = tree_create(t, node_of(req, parent), name, fi->flags, &e, &h, &r);
+
+	if (rc < 0) {
+		if (h)
+			tree_release(t, h);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	set_open_flags(fi, h, &r);
+	fill_entry(req, &e, &p);
+	if (fuse_reply_create(req, &p, fi) != 0) {
+		tree_release(t, h);
+		tree_forget(t, e.node, 1);
+	}
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct tree *t = tree_of(req);
+	struct tree_open_reply r = { 0 };
+	struct handle *h;
+	int rc = tree_open_file(t, node_of(req, ino), fi->flags, &h, &r);
+
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	set_open_flags(fi, h, &r);
+	if (fuse_reply_open(req, fi) != 0)
+		tree_release(t, h);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct tree *t = tree_of(req);
+	const void *data;
+	size_t len;
+	int rc = tree_read(t, handle_of(fi), (uint64_t)off, size, &data, &len);
+
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	/* The kernel may deliver RELEASE before this reply's writev returns. */
+	fuse_reply_buf(req, data, len);
+	tree_read_done(t, handle_of(fi));
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	int rc = tree_write(tree_of(req), handle_of(fi), (uint64_t)off, buf, size, fi->lock_owner);
+
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_write(req, (size_t)rc);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, -tree_flush(tree_of(req), handle_of(fi), fi->lock_owner));
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, -tree_fsync(tree_of(req), handle_of(fi)));
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	tree_release(tree_of(req), handle_of(fi));
+	fuse_reply_err(req, 0);
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct tree *t = tree_of(req);
+	struct handle *h;
+	int rc = tree_opendir(t, node_of(req, ino), &h);
+
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)h;
+	if (fuse_reply_open(req, fi) != 0)
+		tree_releasedir(t, h);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	struct tree *t = tree_of(req);
+	struct tree_dirent de;
+	char *buf = malloc(size);
+	size_t used = 0;
+
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	for (size_t i = (size_t)off; tree_readdir(t, handle_of(fi), i, &de) == 0; i++) {
+		struct stat st = { .st_ino = de.ino, .st_mode = (mode_t)de.type << 12 };
+		size_t n = fuse_add_direntry(req, buf + used, size - used, de.name, &st, (off_t)(i + 1));
+		if (n > size - used)
+			break;
+		used += n;
+	}
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	tree_releasedir(tree_of(req), handle_of(fi));
+	fuse_reply_err(req, 0);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct statvfs sv;
+
+	tree_statfs(tree_of(req), &sv);
+	fuse_reply_statfs(req, &sv);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	char *buf = size ? malloc(size) : NULL;
+	size_t len;
+
+	if (size && !buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	int rc = tree_getxattr(tree_of(req), node_of(req, ino), name, buf, size, &len);
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else if (size == 0)
+		fuse_reply_xattr(req, len);
+	else
+		fuse_reply_buf(req, buf, len);
+	free(buf);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	char *buf = size ? malloc(size) : NULL;
+	size_t len;
+
+	if (size && !buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	int rc = tree_listxattr(tree_of(req), node_of(req, ino), buf, size, &len);
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else if (size == 0)
+		fuse_reply_xattr(req, len);
+	else
+		fuse_reply_buf(req, buf, len);
+	free(buf);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+			size_t size, int flags)
+{
+	op_refuse(req); /* attributes describe immutable objects */
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	op_refuse(req);
+}
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	/* open(O_TRUNC) of a committed object must not shrink what readers
+	 * see: without atomic_o_trunc it arrives as a setattr the core
+	 * accepts and ignores. */
+	conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
+	/* Without readdirplus, `ls` of a large version does not stat every object. */
+	conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
+}
+
+const struct fuse_lowlevel_ops artfs_ll_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.open = op_open,
+	.read = op_read,
+	.write = op_write,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.releasedir = op_releasedir,
+	.statfs = op_statfs,
+	.setxattr = op_setxattr,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.removexattr = op_removexattr,
+	.create = op_create,
+};

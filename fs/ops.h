@@ -1,0 +1,10 @@
+/* The FUSE low-level operation table of artfs; userdata is a struct tree. */
+#ifndef ARTFS_FS_OPS_H
+#define ARTFS_FS_OPS_H
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+extern const struct fuse_lowlevel_ops artfs_ll_ops;
+
+#endif

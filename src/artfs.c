@@ -1,0 +1,178 @@
+/* artfs: the daemon. Parses options, opens the store, mounts, serves. */
+#include "autoconf.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "fs/ops.h"
+#include "log.h"
+#include "tree.h"
+
+struct cmdline {
+	struct artfs_config *cfg;
+	char *positional[3];
+	int npositional;
+	int failed;
+};
+
+static void usage(const char *prog)
+{
+	printf("usage: %s [source] <mountpoint> [-f] [-d] [-o opt[,opt...]]\n"
+	       "\n"
+	       "artfs options (-o):\n"
+	       "    store=DIR          store directory (default %s)\n"
+	       "    capacity=SIZE      bytes of committed objects (default 8G)\n"
+	       "    max_object=SIZE    bytes of one object (default 64M)\n"
+	       "    ttl=SECONDS        collect versions idle this long, 0 never (default 3600)\n"
+	       "    allow_quant=LIST   quantization methods served zero-copy besides fp8\n"
+	       "    config=FILE        read `key = value` settings (and weights.<wv> = dir)\n"
+	       "    uid=N, gid=N       owner shown for every entry (default: the daemon's)\n"
+	       "    umask=OCTAL        mode bits removed from every entry (default 022)\n"
+	       "\n",
+	       prog, CONFIG_DEFAULT_STORE);
+	fuse_cmdline_help();
+	fuse_lowlevel_help();
+}
+
+static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	struct cmdline *c = data;
+	char err[256];
+
+	if (key == FUSE_OPT_KEY_NONOPT) {
+		if (c->npositional == 2) {
+			fprintf(stderr, "artfs: unexpected argument \"%s\"\n", arg);
+			c->failed = 1;
+			return 0;
+		}
+		c->positional[c->npositional++] = strdup(arg);
+		return 0;
+	}
+	if (key != FUSE_OPT_KEY_OPT)
+		return 1;
+	const char *eq = strchr(arg, '=');
+	if (!eq)
+		return 1;
+	char name[64];
+	size_t n = (size_t)(eq - arg);
+	if (n >= sizeof(name))
+		return 1;
+	memcpy(name, arg, n);
+	name[n] = '\0';
+	if (strcmp(name, "config") == 0) {
+		free(c->cfg->config_file);
+		c->cfg->config_file = strdup(eq + 1);
+		return 0;
+	}
+	int rc = config_set(c->cfg, name, eq + 1, false, err, sizeof(err));
+	if (rc == -ENOENT)
+		return 1; /* not ours: a FUSE or mount option */
+	if (rc < 0) {
+		fprintf(stderr, "artfs: %s\n", err);
+		c->failed = 1;
+	}
+	return 0;
+}
+
+static int serve(struct tree *t, struct fuse_args *args, struct fuse_cmdline_opts *opts)
+{
+	int rc = 1;
+	struct fuse_session *se = fuse_session_new(args, &artfs_ll_ops, sizeof(artfs_ll_ops), t);
+
+	if (!se)
+		return 1;
+	if (fuse_set_signal_handlers(se) != 0)
+		goto out_destroy;
+	if (fuse_session_mount(se, opts->mountpoint) != 0)
+		goto out_signals;
+	if (fuse_daemonize(opts->foreground) != 0)
+		goto out_unmount;
+	log_init(!opts->foreground, opts->debug);
+	store_note_pid(&t->store);
+	log_info("mounted %s (store %s, %llu objects, capacity %llu bytes)", opts->mountpoint,
+		 t->cfg->store, (unsigned long long)t->objects, (unsigned long long)t->cfg->capacity);
+	if (opts->singlethread) {
+		rc = fuse_session_loop(se);
+	} else {
+		struct fuse_loop_config *lc = fuse_loop_cfg_create();
+		fuse_loop_cfg_set_clone_fd(lc, opts->clone_fd);
+		/* Unset values come as UINT_MAX; libfuse then keeps its defaults. */
+		if (opts->max_idle_threads != UINT_MAX)
+			fuse_loop_cfg_set_idle_threads(lc, opts->max_idle_threads);
+		fuse_loop_cfg_set_max_threads(lc, opts->max_threads != UINT_MAX ? opts->max_threads
+										  : 64);
+		rc = fuse_session_loop_mt(se, lc);
+		fuse_loop_cfg_destroy(lc);
+	}
+	log_info("unmounting %s", opts->mountpoint);
+out_unmount:
+	fuse_session_unmount(se);
+out_signals:
+	fuse_remove_signal_handlers(se);
+out_destroy:
+	fuse_session_destroy(se);
+	return rc ? 1 : 0;
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_cmdline_opts opts;
+	struct artfs_config cfg;
+	struct cmdline c = { .cfg = &cfg };
+	struct tree t;
+	char err[512];
+	int rc = 1;
+
+	config_init(&cfg);
+	if (fuse_opt_parse(&args, &c, NULL, opt_proc) != 0 || c.failed)
+		goto out;
+	/* mount.fuse3 calls us as `artfs <source> <mountpoint> -o ...`. */
+	if (c.npositional > 0)
+		fuse_opt_add_arg(&args, c.positional[c.npositional - 1]);
+	if (fuse_parse_cmdline(&args, &opts) != 0)
+		goto out;
+	if (opts.show_help) {
+		usage(argv[0]);
+		rc = 0;
+		goto out_opts;
+	}
+	if (opts.show_version) {
+		printf("artfs %s\n", PACKAGE_VERSION);
+		fuse_lowlevel_version();
+		rc = 0;
+		goto out_opts;
+	}
+	if (!opts.mountpoint) {
+		fprintf(stderr, "artfs: no mountpoint (usage: %s [source] <mountpoint> [-o opts])\n",
+			argv[0]);
+		goto out_opts;
+	}
+	if (cfg.config_file && config_load_file(&cfg, cfg.config_file, err, sizeof(err)) < 0) {
+		fprintf(stderr, "artfs: %s\n", err);
+		goto out_opts;
+	}
+	cfg.mountpoint = strdup(opts.mountpoint);
+	fuse_opt_add_arg(&args, "-odefault_permissions,fsname=artfs,subtype=artfs");
+
+	log_init(0, opts.debug);
+	if (tree_open(&t, &cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "artfs: %s\n", err);
+		goto out_opts;
+	}
+	rc = serve(&t, &args, &opts);
+	tree_close(&t);
+out_opts:
+	free(opts.mountpoint);
+out:
+	for (int i = 0; i < c.npositional; i++)
+		free(c.positional[i]);
+	fuse_opt_free_args(&args);
+	config_free(&cfg);
+	return rc;
+}

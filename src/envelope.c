@@ -1,0 +1,249 @@
+#include "autoconf.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "envelope.h"
+#include "key.h"
+
+static const char *const error_names[ENVELOPE_ERROR_COUNT] = {
+	[ENVELOPE_OK] = "ok",
+	[ENVELOPE_HEADER_LENGTH] = "header_length",
+	[ENVELOPE_JSON] = "json",
+	[ENVELOPE_FIELDS] = "fields",
+	[ENVELOPE_SCHEMA] = "schema",
+	[ENVELOPE_KEY] = "key",
+	[ENVELOPE_KIND] = "kind",
+	[ENVELOPE_FIELD] = "field",
+	[ENVELOPE_DTYPE] = "dtype",
+	[ENVELOPE_SHAPE] = "shape",
+	[ENVELOPE_TOKEN_START] = "source_token_start",
+	[ENVELOPE_CHECKSUM_FORMAT] = "checksum_format",
+	[ENVELOPE_TRUNCATED] = "truncated",
+	[ENVELOPE_TRAILING] = "trailing_bytes",
+	[ENVELOPE_CHECKSUM] = "checksum",
+	[ENVELOPE_OUT_OF_ORDER] = "out_of_order_write",
+};
+
+const char *envelope_error_name(enum envelope_error err)
+{
+	return (unsigned)err < ENVELOPE_ERROR_COUNT ? error_names[err] : "unknown";
+}
+
+const char *envelope_kind_name(uint8_t kind)
+{
+	return kind == ENVELOPE_BLOCK ? "block" : kind == ENVELOPE_TAIL ? "tail" : "?";
+}
+
+enum envelope_error envelope_header_len(const uint8_t prefix[4], uint32_t *header_len)
+{
+	uint32_t h = (uint32_t)prefix[0] | (uint32_t)prefix[1] << 8 |
+		     (uint32_t)prefix[2] << 16 | (uint32_t)prefix[3] << 24;
+
+	*header_len = h; /* also on failure, for the message */
+	return h < 1 || h > ARTFS_ENVELOPE_HEADER_MAX ? ENVELOPE_HEADER_LENGTH : ENVELOPE_OK;
+}
+
+static enum envelope_error fail(enum envelope_error err, char *detail, size_t len,
+				const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static enum envelope_error fail(enum envelope_error err, char *detail, size_t len,
+				const char *fmt, ...)
+{
+	va_list ap;
+
+	if (detail && len) {
+		va_start(ap, fmt);
+		vsnprintf(detail, len, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+static const char *const required_fields[] = {
+	"schema_version", "key", "kind", "field", "dtype", "shape",
+	"source_token_start", "payload_sha256",
+};
+#define FIELD_COUNT (sizeof(required_fields) / sizeof(required_fields[0]))
+
+static enum envelope_error check_fields(json_t *root, char *detail, size_t dlen)
+{
+	const char *name;
+	json_t *value;
+
+	json_object_foreach(root, name, value) {
+		size_t i;
+		for (i = 0; i < FIELD_COUNT; i++)
+			if (strcmp(name, required_fields[i]) == 0)
+				break;
+		if (i == FIELD_COUNT)
+			return fail(ENVELOPE_FIELDS, detail, dlen, "unknown field \"%.64s\"", name);
+	}
+	for (size_t i = 0; i < FIELD_COUNT; i++)
+		if (!json_object_get(root, required_fields[i]))
+			return fail(ENVELOPE_FIELDS, detail, dlen, "missing field \"%s\"",
+				    required_fields[i]);
+	return ENVELOPE_OK;
+}
+
+static enum envelope_error parse_fields(json_t *root, struct envelope *env, char *detail,
+					size_t dlen)
+{
+	json_t *v = json_object_get(root, "schema_version");
+	if (!json_is_integer(v) || json_integer_value(v) != ARTFS_ENVELOPE_SCHEMA)
+		return fail(ENVELOPE_SCHEMA, detail, dlen, "schema_version is not 3");
+
+	v = json_object_get(root, "key");
+	const char *key = json_string_value(v);
+	uint8_t scratch[32];
+	if (!key || json_string_length(v) != ARTFS_KEY_LEN ||
+	    strncmp(key, ARTFS_KEY_PREFIX, sizeof(ARTFS_KEY_PREFIX) - 1) != 0 ||
+	    key_sha256_decode(key + sizeof(ARTFS_KEY_PREFIX) - 1, scratch) < 0)
+		return fail(ENVELOPE_KEY, detail, dlen, "key is not \"vllm-artifact/\" + 64 hex digits");
+	memcpy(env->key, key, ARTFS_KEY_LEN + 1);
+
+	const char *kind = json_string_value(json_object_get(root, "kind"));
+	if (kind && strcmp(kind, "block") == 0)
+		env->kind = ENVELOPE_BLOCK;
+	else if (kind && strcmp(kind, "tail") == 0)
+		env->kind = ENVELOPE_TAIL;
+	else
+		return fail(ENVELOPE_KIND, detail, dlen, "kind is not \"block\" or \"tail\"");
+
+	const char *field = json_string_value(json_object_get(root, "field"));
+	if (!field || strcmp(field, "routed_experts") != 0)
+		return fail(ENVELOPE_FIELD, detail, dlen, "field is not \"routed_experts\"");
+
+	v = json_object_get(root, "dtype");
+	const char *dtype = json_string_value(v);
+	if (!dtype || json_string_length(v) != 3 || array_dtype_set(&env->array, dtype) < 0)
+		return fail(ENVELOPE_DTYPE, detail, dlen, "unsupported dtype");
+
+	v = json_object_get(root, "shape");
+	size_t ndim = json_array_size(v);
+	if (!json_is_array(v) || ndim < 1 || ndim > ARTFS_NDIM_MAX)
+		return fail(ENVELOPE_SHAPE, detail, dlen, "shape is not a list of 1 to 8 integers");
+	env->array.ndim = (uint8_t)ndim;
+	for (size_t i = 0; i < ndim; i++) {
+		json_t *d = json_array_get(v, i);
+		if (!json_is_integer(d) || json_integer_value(d) <= 0)
+			return fail(ENVELOPE_SHAPE, detail, dlen, "shape[%zu] is not a positive integer", i);
+		env->array.shape[i] = (uint64_t)json_integer_value(d);
+	}
+	if (array_payload_len(&env->array, &env->payload_len) < 0)
+		env->payload_len = UINT64_MAX;
+
+	v = json_object_get(root, "source_token_start");
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return fail(ENVELOPE_TOKEN_START, detail, dlen, "source_token_start is not an integer >= 0");
+	env->source_token_start = (uint64_t)json_integer_value(v);
+
+	v = json_object_get(root, "payload_sha256");
+	const char *sha = json_string_value(v);
+	if (!sha || json_string_length(v) != 64 || key_sha256_decode(sha, env->payload_sha256) < 0)
+		return fail(ENVELOPE_CHECKSUM_FORMAT, detail, dlen,
+			    "payload_sha256 is not 64 lowercase hex digits");
+	return ENVELOPE_OK;
+}
+
+enum envelope_error envelope_parse_header(const uint8_t *json, size_t len, struct envelope *env,
+					  char *detail, size_t dlen)
+{
+	json_error_t jerr;
+	enum envelope_error err;
+
+	if (len < 1 || len > ARTFS_ENVELOPE_HEADER_MAX)
+		return fail(ENVELOPE_HEADER_LENGTH, detail, dlen, "header length %zu", len);
+	memset(env, 0, sizeof(*env));
+	env->header_len = (uint32_t)len;
+	/* jansson checks UTF-8, rejects NUL in strings and, with this flag,
+	 * duplicate keys; trailing non-space bytes are an error. */
+	json_t *root = json_loadb((const char *)json, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root)
+		return fail(ENVELOPE_JSON, detail, dlen, "JSON: %s", jerr.text);
+	if (!json_is_object(root)) {
+		json_decref(root);
+		return fail(ENVELOPE_JSON, detail, dlen, "JSON header is not an object");
+	}
+	err = check_fields(root, detail, dlen);
+	if (err == ENVELOPE_OK)
+		err = parse_fields(root, env, detail, dlen);
+	json_decref(root);
+	return err;
+}
+
+enum envelope_error envelope_parse(const uint8_t *buf, size_t len, struct envelope *env,
+				   char *detail, size_t dlen)
+{
+	uint32_t h;
+	enum envelope_error err;
+
+	if (len < ENVELOPE_PREFIX_LEN)
+		return fail(ENVELOPE_TRUNCATED, detail, dlen, "%zu bytes, no header length", len);
+	err = envelope_header_len(buf, &h);
+	if (err)
+		return fail(err, detail, dlen, "header length %u outside 1..%u", h, ARTFS_ENVELOPE_HEADER_MAX);
+	if (len - ENVELOPE_PREFIX_LEN < h)
+		return fail(ENVELOPE_TRUNCATED, detail, dlen, "header of %u bytes cut short", h);
+	return envelope_parse_header(buf + ENVELOPE_PREFIX_LEN, h, env, detail, dlen);
+}
+
+uint64_t envelope_total_len(const struct envelope *env)
+{
+	uint64_t head = ENVELOPE_PREFIX_LEN + (uint64_t)env->header_len;
+
+	if (env->payload_len > UINT64_MAX - head)
+		return UINT64_MAX;
+	return head + env->payload_len;
+}
+
+int envelope_encode(const struct envelope *env, const void *payload, uint64_t payload_len,
+		    uint8_t **out, size_t *out_len)
+{
+	char sha[65];
+	json_t *shape = json_array();
+	int rc = -ENOMEM;
+
+	key_hex(env->payload_sha256, 32, sha);
+	for (unsigned i = 0; shape && i < env->array.ndim; i++)
+		json_array_append_new(shape, json_integer((json_int_t)env->array.shape[i]));
+	json_t *root = json_pack("{s:i, s:s, s:s, s:s, s:s, s:o, s:I, s:s}",
+				 "schema_version", ARTFS_ENVELOPE_SCHEMA,
+				 "key", env->key,
+				 "kind", envelope_kind_name(env->kind),
+				 "field", "routed_experts",
+				 "dtype", env->array.dtype,
+				 "shape", shape,
+				 "source_token_start", (json_int_t)env->source_token_start,
+				 "payload_sha256", sha);
+	if (!root)
+		return -ENOMEM;
+	char *text = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT);
+	json_decref(root);
+	if (!text)
+		return -ENOMEM;
+	size_t h = strlen(text);
+	if (h > ARTFS_ENVELOPE_HEADER_MAX) {
+		rc = -EMSGSIZE;
+		goto out;
+	}
+	*out_len = ENVELOPE_PREFIX_LEN + h + payload_len;
+	*out = malloc(*out_len);
+	if (!*out)
+		goto out;
+	(*out)[0] = (uint8_t)h;
+	(*out)[1] = (uint8_t)(h >> 8);
+	(*out)[2] = (*out)[3] = 0;
+	memcpy(*out + ENVELOPE_PREFIX_LEN, text, h);
+	if (payload_len)
+		memcpy(*out + ENVELOPE_PREFIX_LEN + h, payload, payload_len);
+	rc = 0;
+out:
+	free(text);
+	return rc;
+}

@@ -1,0 +1,114 @@
+/* The in-memory index of versions and committed objects.
+ *
+ * Every entity the kernel can hold an inode for is a `struct node` with a
+ * reference count: the index holds one reference on each indexed version and
+ * object, every kernel lookup one more (dropped by forget), every open
+ * handle one more. Memory is freed when the count reaches zero, so an
+ * unlinked object stays valid for whoever still has it open.
+ *
+ * Table operations (find, insert, remove, iterate) need the caller to hold
+ * the tree lock; reference counting does not. */
+#ifndef ARTFS_INDEX_H
+#define ARTFS_INDEX_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "artfs/artfs.h"
+
+enum node_type {
+	NODE_ROOT = 1,
+	NODE_INFO_DIR,     /* .artfs */
+	NODE_INFO_FILE,    /* .artfs/<file> */
+	NODE_VERSION,      /* <wv> */
+	NODE_OBJECT,       /* <wv>/<hash>, committed or being published */
+	NODE_MATERIALIZE,  /* <wv>/.materialize */
+};
+
+struct node {
+	_Atomic uint64_t refs;
+	uint8_t type;
+	uint8_t sub;       /* NODE_INFO_FILE: which file */
+	struct node *prev, *next; /* registry of allocated nodes, for shutdown */
+};
+
+struct object;
+
+struct object_table {
+	struct object **buckets;
+	size_t nbuckets;    /* power of two, or 0 */
+	size_t count;
+};
+
+struct version {
+	struct node node;
+	struct node materialize;  /* <wv>/.materialize, lives as long as the version */
+	struct version *next;     /* hash chain */
+	int dirfd;                /* <store>/v/<wv> */
+	bool removed;
+	struct object_table objects;
+	uint64_t bytes;           /* committed bytes in this version */
+	uint32_t uploads;         /* publishes in flight */
+	uint32_t open_files;      /* open handles of any kind under this version */
+	int64_t created;          /* CLOCK_REALTIME seconds */
+	_Atomic int64_t last_active; /* CLOCK_REALTIME seconds of the last publish or read */
+	char name[];
+};
+
+enum object_state { OBJECT_UPLOADING = 0, OBJECT_COMMITTED, OBJECT_REMOVED };
+
+struct object {
+	struct node node;
+	struct object *next;        /* hash chain */
+	struct version *ver;        /* referenced */
+	_Atomic uint64_t file_size; /* envelope bytes in the store (so far, while uploading) */
+	_Atomic uint64_t npy_size;  /* bytes served; 0 until known */
+	_Atomic uint64_t ctime_ns;  /* store file's ctime when indexed or last verified */
+	_Atomic uint8_t verified;   /* payload verified while the file kept ctime_ns */
+	uint8_t state;              /* enum object_state, changed under the tree lock */
+	uint8_t hash_len;
+	uint8_t hash[];             /* block hash bytes */
+};
+
+struct version_table {
+	struct version **buckets;
+	size_t nbuckets;
+	size_t count;
+};
+
+struct index {
+	struct version_table versions;
+	uint64_t seed;
+};
+
+void index_init(struct index *idx);
+/* Frees every allocated version and object, whoever still references it
+ * (the kernel does not forget every inode before a session ends). Only at
+ * shutdown, with no request in flight. */
+void index_destroy(struct index *idx);
+
+void node_ref(struct node *n);
+void node_unref(struct node *n, uint64_t count);
+
+struct version *version_new(const char *name, int dirfd, int64_t created);
+struct object *object_new(struct version *ver, const uint8_t *hash, size_t hash_len);
+
+struct version *index_version_find(struct index *idx, const char *name);
+int index_version_insert(struct index *idx, struct version *v);  /* takes a reference */
+void index_version_remove(struct index *idx, struct version *v); /* drops it */
+/* Calls fn for every indexed version (tree lock held by the caller). */
+void index_each_version(struct index *idx, void (*fn)(void *ctx, struct version *v), void *ctx);
+
+struct object *index_object_find(struct index *idx, struct version *v,
+				 const uint8_t *hash, size_t hash_len);
+int index_object_insert(struct index *idx, struct version *v, struct object *o);
+void index_object_remove(struct index *idx, struct version *v, struct object *o);
+/* Calls fn for every committed object of v (tree lock held by the caller). */
+void index_each_object(struct version *v, void (*fn)(void *ctx, struct object *o), void *ctx);
+
+/* Name of an object ("<hex>") into out (ARTFS_HASH_HEX_MAX + 1 bytes). */
+void object_name(const struct object *o, char *out);
+
+#endif

@@ -1,0 +1,137 @@
+#include "autoconf.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "info.h"
+#include "listing.h"
+
+struct slot {
+	uint64_t ino;
+	size_t name_off;
+	unsigned char type;
+};
+
+struct listing {
+	struct handle h;
+	struct tree *t;
+	struct slot *slots;
+	size_t count, cap;
+	char *names;
+	size_t names_len, names_cap;
+	int error;
+};
+
+static void add(struct listing *l, const char *name, uint64_t ino, unsigned char type)
+{
+	size_t n = strlen(name) + 1;
+
+	if (l->error)
+		return;
+	if (l->count == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		struct slot *s = realloc(l->slots, cap * sizeof(*s));
+		if (!s) {
+			l->error = -ENOMEM;
+			return;
+		}
+		l->slots = s;
+		l->cap = cap;
+	}
+	if (l->names_len + n > l->names_cap) {
+		size_t cap = l->names_cap ? l->names_cap * 2 : 4096;
+		while (cap < l->names_len + n)
+			cap *= 2;
+		char *s = realloc(l->names, cap);
+		if (!s) {
+			l->error = -ENOMEM;
+			return;
+		}
+		l->names = s;
+		l->names_cap = cap;
+	}
+	memcpy(l->names + l->names_len, name, n);
+	l->slots[l->count++] = (struct slot){ ino, l->names_len, type };
+	l->names_len += n;
+}
+
+static void add_version(void *ctx, struct version *v)
+{
+	struct listing *l = ctx;
+
+	add(l, v->name, tree_node_id(l->t, &v->node), DT_DIR);
+}
+
+static void add_object(void *ctx, struct object *o)
+{
+	struct listing *l = ctx;
+	char name[ARTFS_HASH_HEX_MAX + 1];
+
+	object_name(o, name);
+	add(l, name, tree_node_id(l->t, &o->node), DT_REG);
+}
+
+int listing_open(struct tree *t, struct node *dir, struct handle **h)
+{
+	struct listing *l = calloc(1, sizeof(*l));
+
+	if (!l)
+		return -ENOMEM;
+	handle_init(&l->h, HANDLE_DIR);
+	l->t = t;
+	add(l, ".", tree_node_id(t, dir), DT_DIR);
+	add(l, "..", 1, DT_DIR);
+	switch (dir->type) {
+	case NODE_ROOT:
+		add(l, ARTFS_INFO_DIR, tree_node_id(t, &t->info_dir), DT_DIR);
+		pthread_mutex_lock(&t->lock);
+		index_each_version(&t->idx, add_version, l);
+		pthread_mutex_unlock(&t->lock);
+		break;
+	case NODE_INFO_DIR:
+		for (int i = 0; i < INFO_COUNT; i++)
+			add(l, info_file_name((enum info_file)i), tree_node_id(t, &t->info_files[i]), DT_REG);
+		break;
+	case NODE_VERSION: {
+		struct version *v = (struct version *)dir;
+		pthread_mutex_lock(&t->lock);
+		if (!v->removed)
+			index_each_object(v, add_object, l);
+		pthread_mutex_unlock(&t->lock);
+		break;
+	}
+	default:
+		l->error = -ENOTDIR;
+		break;
+	}
+	if (l->error) {
+		int rc = l->error;
+		listing_release(&l->h);
+		return rc;
+	}
+	*h = &l->h;
+	return 0;
+}
+
+int listing_entry(struct handle *h, size_t i, struct tree_dirent *de)
+{
+	struct listing *l = (struct listing *)h;
+
+	if (i >= l->count)
+		return -ENOENT;
+	de->name = l->names + l->slots[i].name_off;
+	de->ino = l->slots[i].ino;
+	de->type = l->slots[i].type;
+	return 0;
+}
+
+void listing_release(struct handle *h)
+{
+	struct listing *l = (struct listing *)h;
+
+	free(l->slots);
+	free(l->names);
+	free(l);
+}

@@ -1,0 +1,309 @@
+#include "autoconf.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "key.h"
+#include "log.h"
+#include "npy.h"
+#include "object.h"
+#include "sha256.h"
+
+struct object_reader {
+	struct handle h;
+	pthread_mutex_t mu;
+	struct object *obj;   /* referenced */
+	int fd;               /* the store file, open since open() */
+	bool loaded;
+	int error;
+	uint8_t *buf;
+	const uint8_t *data;  /* the .npy bytes inside buf */
+	size_t len;
+};
+
+static uint64_t ctime_ns(const struct stat *st)
+{
+	return (uint64_t)st->st_ctim.tv_sec * 1000000000u + (uint64_t)st->st_ctim.tv_nsec;
+}
+
+/* The store does not hold what the index says: refuse, count, say why. */
+static int corrupt(struct tree *t, struct version *ver, const char *name, const char *why)
+{
+	counter_inc(&t->metrics.checksum_failures);
+	log_err("read %s/%s: stored object fails verification (%s); refusing to serve it",
+		ver->name, name, why);
+	return -EIO;
+}
+
+static int check_identity(struct tree *t, struct version *ver, const char *name,
+			  const uint8_t *hash, size_t hash_len, const struct envelope *env,
+			  uint64_t file_size)
+{
+	char key[ARTFS_KEY_LEN + 1], why[160];
+
+	key_derive(ver->name, hash, hash_len, key);
+	if (strcmp(key, env->key) != 0)
+		return corrupt(t, ver, name, "its key is not the key of its path");
+	if (envelope_total_len(env) != file_size) {
+		snprintf(why, sizeof(why), "file has %" PRIu64 " bytes, its header declares %" PRIu64,
+			 file_size, envelope_total_len(env));
+		return corrupt(t, ver, name, why);
+	}
+	return 0;
+}
+
+int object_read_meta(struct tree *t, struct version *ver, const uint8_t *hash, size_t hash_len,
+		     struct envelope *env)
+{
+	char name[ARTFS_HASH_HEX_MAX + 1], detail[160];
+	uint8_t head[ENVELOPE_HEADER_BYTES_MAX];
+	struct stat st;
+
+	key_hex(hash, hash_len, name);
+	int fd = store_object_open(ver->dirfd, name);
+	if (fd < 0)
+		return fd == -ENOENT ? -ENOENT : corrupt(t, ver, name, strerror(-fd));
+	if (fstat(fd, &st) < 0 || st.st_size < ENVELOPE_PREFIX_LEN) {
+		close(fd);
+		return corrupt(t, ver, name, "too short to be an envelope");
+	}
+	size_t want = (uint64_t)st.st_size < sizeof(head) ? (size_t)st.st_size : sizeof(head);
+	int rc = store_pread_all(fd, head, want, 0);
+	close(fd);
+	if (rc < 0)
+		return corrupt(t, ver, name, "short read");
+	enum envelope_error why = envelope_parse(head, want, env, detail, sizeof(detail));
+	if (why)
+		return corrupt(t, ver, name, detail);
+	return check_identity(t, ver, name, hash, hash_len, env, (uint64_t)st.st_size);
+}
+
+int object_know_size(struct tree *t, struct object *o)
+{
+	struct envelope env;
+	uint64_t size;
+
+	if (atomic_load(&o->npy_size))
+		return 0;
+	int rc = object_read_meta(t, o->ver, o->hash, o->hash_len, &env);
+	if (rc < 0)
+		return rc == -ENOENT ? -ENOENT : -EIO;
+	if (npy_file_size(&env.array, &size) < 0)
+		return -EIO;
+	atomic_store(&o->npy_size, size);
+	return 0;
+}
+
+int object_load_verified(struct tree *t, struct version *ver, int fd, const char *name,
+			 const uint8_t *hash, size_t hash_len, struct envelope *env,
+			 uint8_t **bufp, const uint8_t **npy, size_t *npy_len, uint64_t *ctime)
+{
+	char detail[160];
+	uint8_t digest[32], hdr[NPY_HEADER_MAX];
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return corrupt(t, ver, name, strerror(errno));
+	if (st.st_size < ENVELOPE_PREFIX_LEN || (uint64_t)st.st_size > (SIZE_MAX >> 2))
+		return corrupt(t, ver, name, "implausible file size");
+	size_t size = (size_t)st.st_size;
+	uint8_t *buf = malloc(NPY_HEADER_MAX + size);
+	if (!buf)
+		return -ENOMEM;
+	/* The .npy header goes right before the payload, in the room that the
+	 * envelope prefix and JSON leave plus NPY_HEADER_MAX spare bytes. */
+	uint8_t *envb = buf + NPY_HEADER_MAX;
+	int rc = store_pread_all(fd, envb, size, 0);
+	if (rc < 0) {
+		free(buf);
+		return corrupt(t, ver, name, "short read");
+	}
+	enum envelope_error why = envelope_parse(envb, size, env, detail, sizeof(detail));
+	if (why) {
+		free(buf);
+		return corrupt(t, ver, name, detail);
+	}
+	rc = check_identity(t, ver, name, hash, hash_len, env, size);
+	if (rc < 0) {
+		free(buf);
+		return rc;
+	}
+	uint8_t *payload = envb + ENVELOPE_PREFIX_LEN + env->header_len;
+	sha256_once(payload, env->payload_len, digest);
+	counter_inc(&t->metrics.verifications);
+	if (memcmp(digest, env->payload_sha256, 32) != 0) {
+		free(buf);
+		return corrupt(t, ver, name, "payload does not match payload_sha256");
+	}
+	ssize_t hl = npy_header(&env->array, hdr, sizeof(hdr));
+	if (hl < 0) {
+		free(buf);
+		return corrupt(t, ver, name, "no .npy header for its shape");
+	}
+	memcpy(payload - hl, hdr, (size_t)hl);
+	*bufp = buf;
+	*npy = payload - hl;
+	*npy_len = (size_t)hl + env->payload_len;
+	*ctime = ctime_ns(&st);
+	return 0;
+}
+
+int object_open(struct tree *t, struct object *o, struct handle **h, struct tree_open_reply *r)
+{
+	char name[ARTFS_HASH_HEX_MAX + 1];
+	struct stat st;
+
+	object_name(o, name);
+	int fd = store_object_open(o->ver->dirfd, name);
+	if (fd < 0)
+		return fd == -ENOENT ? -ENOENT : corrupt(t, o->ver, name, strerror(-fd));
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return corrupt(t, o->ver, name, strerror(errno));
+	}
+	struct object_reader *rd = calloc(1, sizeof(*rd));
+	if (!rd) {
+		close(fd);
+		return -ENOMEM;
+	}
+	handle_init(&rd->h, HANDLE_OBJECT);
+	pthread_mutex_init(&rd->mu, NULL);
+	rd->obj = o;
+	rd->fd = fd;
+	node_ref(&o->node);
+
+	/* Pages the kernel cached were verified when they were read; keep them
+	 * only while the store file is unchanged since (any write to it moves
+	 * its ctime), otherwise drop them so the next read verifies again. */
+	r->keep_cache = atomic_load(&o->verified) && atomic_load(&o->ctime_ns) == ctime_ns(&st);
+	r->noflush = true;
+
+	pthread_mutex_lock(&t->lock);
+	o->ver->open_files++;
+	pthread_mutex_unlock(&t->lock);
+	counter_inc(&t->metrics.reads);
+	tree_touch(o->ver);
+	*h = &rd->h;
+	return 0;
+}
+
+static void reader_load(struct tree *t, struct object_reader *rd)
+{
+	struct object *o = rd->obj;
+	struct envelope env;
+	char name[ARTFS_HASH_HEX_MAX + 1];
+	uint64_t ctime;
+
+	object_name(o, name);
+	rd->loaded = true;
+	rd->error = object_load_verified(t, o->ver, rd->fd, name, o->hash, o->hash_len, &env,
+					 &rd->buf, &rd->data, &rd->len, &ctime);
+	if (rd->error) {
+		atomic_store(&o->verified, 0);
+		return;
+	}
+	uint64_t known = atomic_load(&o->npy_size);
+	if (known && known != rd->len) {
+		rd->error = corrupt(t, o->ver, name, "its size changed since it was indexed");
+		atomic_store(&o->verified, 0);
+		return;
+	}
+	atomic_store(&o->npy_size, rd->len);
+	atomic_store(&o->ctime_ns, ctime);
+	atomic_store(&o->verified, 1);
+}
+
+int object_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
+		const void **data, size_t *len)
+{
+	struct object_reader *rd = (struct object_reader *)h;
+
+	pthread_mutex_lock(&rd->mu);
+	if (!rd->loaded)
+		reader_load(t, rd);
+	pthread_mutex_unlock(&rd->mu);
+	if (rd->error)
+		return rd->error;
+	if (off >= rd->len) {
+		*len = 0;
+		*data = rd->data;
+		return 0;
+	}
+	*data = rd->data + off;
+	*len = rd->len - off < size ? rd->len - (size_t)off : size;
+	return 0;
+}
+
+void object_release(struct tree *t, struct handle *h)
+{
+	struct object_reader *rd = (struct object_reader *)h;
+
+	pthread_mutex_lock(&t->lock);
+	rd->obj->ver->open_files--;
+	pthread_mutex_unlock(&t->lock);
+	close(rd->fd);
+	free(rd->buf);
+	node_unref(&rd->obj->node, 1);
+	pthread_mutex_destroy(&rd->mu);
+	free(rd);
+}
+
+static const char *const xattr_names[] = {
+	ARTFS_XATTR_KEY, ARTFS_XATTR_KIND, ARTFS_XATTR_DTYPE,
+	ARTFS_XATTR_SHAPE, ARTFS_XATTR_TOKEN_START, ARTFS_XATTR_SHA256,
+};
+#define XATTR_COUNT (sizeof(xattr_names) / sizeof(xattr_names[0]))
+
+static int put_value(const char *value, size_t n, char *buf, size_t cap, size_t *len)
+{
+	*len = n;
+	if (cap == 0)
+		return 0;
+	if (cap < n)
+		return -ERANGE;
+	memcpy(buf, value, n);
+	return 0;
+}
+
+int object_getxattr(struct tree *t, struct object *o, const char *name, char *buf, size_t cap,
+		    size_t *len)
+{
+	struct envelope env;
+	char value[ARRAY_SHAPE_TEXT_MAX + ARTFS_KEY_LEN];
+	size_t i;
+
+	for (i = 0; i < XATTR_COUNT; i++)
+		if (strcmp(name, xattr_names[i]) == 0)
+			break;
+	if (i == XATTR_COUNT)
+		return -ENODATA;
+	int rc = object_read_meta(t, o->ver, o->hash, o->hash_len, &env);
+	if (rc < 0)
+		return rc == -ENOENT ? -ENOENT : -EIO;
+	switch (i) {
+	case 0: snprintf(value, sizeof(value), "%s", env.key); break;
+	case 1: snprintf(value, sizeof(value), "%s", envelope_kind_name(env.kind)); break;
+	case 2: snprintf(value, sizeof(value), "%s", env.array.dtype); break;
+	case 3: array_shape_text(&env.array, value, sizeof(value)); break;
+	case 4: snprintf(value, sizeof(value), "%" PRIu64, env.source_token_start); break;
+	default: key_hex(env.payload_sha256, 32, value); break;
+	}
+	return put_value(value, strlen(value), buf, cap, len);
+}
+
+int object_listxattr(char *buf, size_t cap, size_t *len)
+{
+	char list[256];
+	size_t n = 0;
+
+	for (size_t i = 0; i < XATTR_COUNT; i++) {
+		size_t l = strlen(xattr_names[i]) + 1;
+		memcpy(list + n, xattr_names[i], l);
+		n += l;
+	}
+	return put_value(list, n, buf, cap, len);
+}

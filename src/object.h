@@ -1,0 +1,38 @@
+/* Reading committed R3 objects (DESIGN.md §3.3): the served .npy bytes,
+ * verified against payload_sha256 whenever they come from the store, and
+ * the user.artfs.* attributes. */
+#ifndef ARTFS_OBJECT_H
+#define ARTFS_OBJECT_H
+
+#include "envelope.h"
+#include "tree.h"
+
+/* Reads and checks the stored header of <ver>/<hash> (no payload check):
+ * well-formed, the key of its path, the file's size. -ENOENT if absent,
+ * -EIO (logged) if the store holds something else. */
+int object_read_meta(struct tree *t, struct version *ver, const uint8_t *hash, size_t hash_len,
+		     struct envelope *env);
+
+/* Makes o->npy_size known (read from the store after a restart). */
+int object_know_size(struct tree *t, struct object *o);
+
+int object_open(struct tree *t, struct object *o, struct handle **h, struct tree_open_reply *r);
+int object_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
+		const void **data, size_t *len);
+void object_release(struct tree *t, struct handle *h);
+
+int object_getxattr(struct tree *t, struct object *o, const char *name, char *buf, size_t cap,
+		    size_t *len);
+int object_listxattr(char *buf, size_t cap, size_t *len);
+
+/* Loads a stored object whole and verifies it. On success *buf (malloc'd)
+ * holds the .npy header immediately followed by the payload at
+ * (*npy, *npy_len), and env describes it. -EIO (logged, counted) when the
+ * store's bytes are not the object they claim to be. Shared by object
+ * reads and request materialization. */
+int object_load_verified(struct tree *t, struct version *ver, int fd, const char *name,
+			 const uint8_t *hash, size_t hash_len, struct envelope *env,
+			 uint8_t **buf, const uint8_t **npy, size_t *npy_len,
+			 uint64_t *ctime_ns);
+
+#endif

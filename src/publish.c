@@ -1,0 +1,449 @@
+#include "autoconf.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "key.h"
+#include "log.h"
+#include "npy.h"
+#include "object.h"
+#include "publish.h"
+#include "sha256.h"
+
+struct upload {
+	struct handle h;
+	pthread_mutex_t mu;
+	struct object *obj;          /* referenced: the node the writer holds */
+	struct version *ver;         /* obj->ver */
+	char name[ARTFS_HASH_HEX_MAX + 1];
+	char key[ARTFS_KEY_LEN + 1]; /* the key this path must carry */
+	uint64_t owner;              /* file table of the last write, 0 unknown */
+	uint64_t received;
+	uint64_t total;              /* 4 + H + payload, once the header is in */
+	bool have_header;
+	bool reserved;               /* t->bytes_reserved holds total */
+	bool finished;               /* result is final */
+	int result;                  /* the publish's errno, once finished */
+	int error;                   /* sticky failure before finishing */
+	struct envelope env;
+	struct store_tmp tmp;
+	struct sha256 sha;           /* of the payload */
+	uint8_t head[ENVELOPE_HEADER_BYTES_MAX];
+};
+
+static void unreserve(struct tree *t, struct upload *u)
+{
+	if (!u->reserved)
+		return;
+	pthread_mutex_lock(&t->lock);
+	t->bytes_reserved -= u->total;
+	pthread_mutex_unlock(&t->lock);
+	u->reserved = false;
+}
+
+static void drop_data(struct tree *t, struct upload *u)
+{
+	store_tmp_close(u->ver->dirfd, &u->tmp);
+	sha256_abandon(&u->sha);
+	unreserve(t, u);
+}
+
+/* A refused envelope: counted, logged once with the object's name, sticky. */
+static int reject(struct tree *t, struct upload *u, enum envelope_error why, const char *detail)
+{
+	counter_inc(&t->metrics.rejected[why]);
+	log_warn("publish %s/%s: rejected (%s): %s", u->ver->name, u->name,
+		 envelope_error_name(why), detail);
+	drop_data(t, u);
+	u->error = -EBADMSG;
+	return u->error;
+}
+
+static int fail(struct tree *t, struct upload *u, int err, const char *what)
+{
+	if (err == -EFBIG)
+		counter_inc(&t->metrics.rejected_too_large);
+	else if (err == -ENOSPC)
+		counter_inc(&t->metrics.rejected_no_space);
+	else
+		counter_inc(&t->metrics.publish_errors);
+	log_warn("publish %s/%s: %s", u->ver->name, u->name, what);
+	drop_data(t, u);
+	u->error = err;
+	return err;
+}
+
+int publish_begin(struct tree *t, struct object *obj, struct handle **h)
+{
+	struct upload *u = calloc(1, sizeof(*u));
+
+	if (!u)
+		return -ENOMEM;
+	handle_init(&u->h, HANDLE_UPLOAD);
+	pthread_mutex_init(&u->mu, NULL);
+	u->obj = obj;
+	u->ver = obj->ver;
+	u->tmp.fd = -1;
+	object_name(obj, u->name);
+	key_derive(u->ver->name, obj->hash, obj->hash_len, u->key);
+
+	pthread_mutex_lock(&t->lock);
+	if (u->ver->removed) {
+		pthread_mutex_unlock(&t->lock);
+		pthread_mutex_destroy(&u->mu);
+		free(u);
+		return -ENOENT;
+	}
+	u->ver->uploads++;
+	u->ver->open_files++;
+	t->uploads++;
+	pthread_mutex_unlock(&t->lock);
+	node_ref(&obj->node);
+	tree_touch(u->ver);
+	*h = &u->h;
+	return 0;
+}
+
+/* Room for this object under capacity=; a key that already exists needs
+ * none unless it vanishes before commit. */
+static int reserve(struct tree *t, struct upload *u)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&t->lock);
+	if (t->bytes_used + t->bytes_reserved + u->total > t->cfg->capacity)
+		rc = -ENOSPC;
+	else {
+		t->bytes_reserved += u->total;
+		u->reserved = true;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+static bool key_committed(struct tree *t, struct upload *u)
+{
+	pthread_mutex_lock(&t->lock);
+	bool found = index_object_find(&t->idx, u->ver, u->obj->hash, u->obj->hash_len) != NULL;
+	pthread_mutex_unlock(&t->lock);
+	return found;
+}
+
+static int no_space(struct tree *t, struct upload *u)
+{
+	char what[160];
+
+	snprintf(what, sizeof(what), "store full: %" PRIu64 " bytes would exceed capacity %" PRIu64,
+		 u->total, t->cfg->capacity);
+	return fail(t, u, -ENOSPC, what);
+}
+
+/* The whole header is in u->head: check it, size the object, open its file. */
+static int accept_header(struct tree *t, struct upload *u)
+{
+	char detail[256];
+	uint32_t hlen = u->env.header_len;
+	enum envelope_error why = envelope_parse_header(u->head + ENVELOPE_PREFIX_LEN, hlen, &u->env,
+							detail, sizeof(detail));
+	if (why)
+		return reject(t, u, why, detail);
+	if (strcmp(u->env.key, u->key) != 0) {
+		snprintf(detail, sizeof(detail), "key %s is not the key of this path (%s)",
+			 u->env.key, u->key);
+		return reject(t, u, ENVELOPE_KEY, detail);
+	}
+	u->total = envelope_total_len(&u->env);
+	if (u->total > t->cfg->max_object) {
+		if (u->total == UINT64_MAX)
+			snprintf(detail, sizeof(detail), "declared size overflows 64 bits");
+		else
+			snprintf(detail, sizeof(detail), "object of %" PRIu64 " bytes exceeds max_object %" PRIu64,
+				 u->total, t->cfg->max_object);
+		return fail(t, u, -EFBIG, detail);
+	}
+	u->have_header = true;
+	if (!key_committed(t, u) && reserve(t, u) < 0)
+		return no_space(t, u);
+	int rc = store_tmp_open(u->ver->dirfd, &u->tmp);
+	if (rc < 0) {
+		snprintf(detail, sizeof(detail), "cannot create a temporary file in the store: %s",
+			 strerror(-rc));
+		return fail(t, u, rc == -ENOSPC ? rc : -EIO, detail);
+	}
+	if (sha256_begin(&u->sha) < 0)
+		return fail(t, u, -ENOMEM, "out of memory");
+	return 0;
+}
+
+/* Writes head (when the header just completed) and payload bytes at their
+ * envelope offset in one system call. */
+static int store_bytes(struct tree *t, struct upload *u, const uint8_t *head, size_t head_len,
+		       const uint8_t *payload, size_t payload_len, uint64_t off)
+{
+	struct iovec iov[2] = { { (void *)head, head_len }, { (void *)payload, payload_len } };
+	size_t want = head_len + payload_len;
+	int n = head_len ? 2 : 1;
+	struct iovec *v = head_len ? iov : iov + 1;
+
+	while (want) {
+		ssize_t w = pwritev(u->tmp.fd, v, n, (off_t)off);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			char what[128];
+			int e = errno;
+			snprintf(what, sizeof(what), "writing to the store: %s", strerror(e));
+			return fail(t, u, e == ENOSPC ? -ENOSPC : -EIO, what);
+		}
+		want -= (size_t)w;
+		off += (uint64_t)w;
+		while (n && (size_t)w >= v->iov_len) {
+			w -= (ssize_t)v->iov_len;
+			v++;
+			n--;
+		}
+		if (n) {
+			v->iov_base = (char *)v->iov_base + w;
+			v->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
+static int consume(struct tree *t, struct upload *u, uint64_t off, const uint8_t *p, size_t n)
+{
+	size_t head_len = 0;
+	const uint8_t *head = NULL;
+	uint64_t store_off = off;
+
+	if (!u->have_header) {
+		/* Gather the u32 length, then the JSON header, in u->head. */
+		uint64_t need = u->received < ENVELOPE_PREFIX_LEN
+					? ENVELOPE_PREFIX_LEN
+					: ENVELOPE_PREFIX_LEN + (uint64_t)u->env.header_len;
+		while (!u->have_header && n) {
+			size_t take = (size_t)(need - u->received) < n ? (size_t)(need - u->received) : n;
+			memcpy(u->head + u->received, p, take);
+			u->received += take;
+			p += take;
+			n -= take;
+			if (u->received < need)
+				break;
+			if (need == ENVELOPE_PREFIX_LEN) {
+				uint32_t hlen;
+				if (envelope_header_len(u->head, &hlen)) {
+					char d[64];
+					snprintf(d, sizeof(d), "header length %u outside 1..%u", hlen,
+						 ARTFS_ENVELOPE_HEADER_MAX);
+					return reject(t, u, ENVELOPE_HEADER_LENGTH, d);
+				}
+				u->env.header_len = hlen;
+				need = ENVELOPE_PREFIX_LEN + (uint64_t)hlen;
+			} else {
+				int rc = accept_header(t, u);
+				if (rc < 0)
+					return rc;
+				head = u->head;
+				head_len = (size_t)need;
+				store_off = 0;
+			}
+		}
+		if (!u->have_header)
+			return 0;
+	}
+	if (n > u->total - u->received) {
+		char d[128];
+		snprintf(d, sizeof(d), "more than the %" PRIu64 " bytes the header declares", u->total);
+		return reject(t, u, ENVELOPE_TRAILING, d);
+	}
+	if (n)
+		sha256_update(&u->sha, p, n);
+	int rc = store_bytes(t, u, head, head_len, p, n, store_off);
+	if (rc < 0)
+		return rc;
+	u->received += n;
+	return 0;
+}
+
+int publish_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
+		  uint64_t owner)
+{
+	struct upload *u = (struct upload *)h;
+	int rc;
+
+	pthread_mutex_lock(&u->mu);
+	if (owner)
+		u->owner = owner;
+	if (u->finished)
+		rc = -EPERM; /* published objects are immutable */
+	else if (u->error)
+		rc = u->error;
+	else if (off != u->received) {
+		char d[96];
+		snprintf(d, sizeof(d), "write at offset %" PRIu64 ", expected %" PRIu64, off, u->received);
+		rc = reject(t, u, ENVELOPE_OUT_OF_ORDER, d);
+	} else
+		rc = consume(t, u, off, buf, len);
+	if (u->obj->state == OBJECT_UPLOADING) /* what fstat of the writer shows */
+		atomic_store(&u->obj->file_size, u->received);
+	pthread_mutex_unlock(&u->mu);
+	return rc < 0 ? rc : (int)len;
+}
+
+/* The key already holds an object: identical content is success. */
+static int compare_existing(struct tree *t, struct upload *u)
+{
+	struct envelope old;
+	int rc = object_read_meta(t, u->ver, u->obj->hash, u->obj->hash_len, &old);
+
+	if (rc < 0) {
+		log_warn("publish %s/%s: the key's stored object is unreadable (%s); publish refused",
+			 u->ver->name, u->name, strerror(-rc));
+		counter_inc(&t->metrics.publish_errors);
+		return -EIO;
+	}
+	if (old.kind == u->env.kind && old.source_token_start == u->env.source_token_start &&
+	    memcmp(old.array.dtype, u->env.array.dtype, 4) == 0 &&
+	    old.array.ndim == u->env.array.ndim &&
+	    memcmp(old.array.shape, u->env.array.shape, old.array.ndim * sizeof(uint64_t)) == 0 &&
+	    memcmp(old.payload_sha256, u->env.payload_sha256, 32) == 0) {
+		counter_inc(&t->metrics.republish_identical);
+		return 0;
+	}
+	char a[65], b[65];
+	key_hex(old.payload_sha256, 32, a);
+	key_hex(u->env.payload_sha256, 32, b);
+	counter_inc(&t->metrics.collisions);
+	log_warn("publish %s/%s: collision: the key holds different content "
+		 "(stored payload %s, offered %s)", u->ver->name, u->name, a, b);
+	return -EEXIST;
+}
+
+/* Links the verified file into place and indexes it. */
+static int commit(struct tree *t, struct upload *u)
+{
+	struct stat st;
+	uint64_t npy_size;
+	int rc;
+
+	if (key_committed(t, u))
+		return compare_existing(t, u);
+	if (!u->reserved && reserve(t, u) < 0)
+		return no_space(t, u);
+	rc = store_tmp_link(u->ver->dirfd, &u->tmp, u->name);
+	if (rc == -EEXIST) /* a concurrent publish of the same key won */
+		return compare_existing(t, u);
+	if (rc < 0 || fstat(u->tmp.fd, &st) < 0) {
+		char what[128];
+		snprintf(what, sizeof(what), "cannot link into the store: %s",
+			 strerror(rc < 0 ? -rc : errno));
+		return fail(t, u, -EIO, what);
+	}
+	npy_file_size(&u->env.array, &npy_size);
+
+	struct object *o = u->obj;
+	if (o->state != OBJECT_UPLOADING) {
+		/* Re-publish of a key removed since open: a fresh node. */
+		o = object_new(u->ver, o->hash, o->hash_len);
+		if (!o) {
+			store_object_remove(u->ver->dirfd, u->name);
+			return fail(t, u, -ENOMEM, "out of memory");
+		}
+	} else
+		node_ref(&o->node);
+	o->file_size = u->total;
+	atomic_store(&o->npy_size, npy_size);
+	atomic_store(&o->ctime_ns, (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec);
+	atomic_store(&o->verified, 1);
+
+	pthread_mutex_lock(&t->lock);
+	rc = index_object_insert(&t->idx, u->ver, o);
+	if (rc == 0) {
+		t->bytes_reserved -= u->total;
+		u->reserved = false;
+		t->bytes_used += u->total;
+		t->objects++;
+		u->ver->bytes += u->total;
+	}
+	pthread_mutex_unlock(&t->lock);
+	node_unref(&o->node, 1);
+	if (rc < 0) {
+		store_object_remove(u->ver->dirfd, u->name);
+		return fail(t, u, rc, "out of memory while indexing");
+	}
+	counter_inc(&t->metrics.publishes);
+	return 0;
+}
+
+int publish_finish(struct tree *t, struct handle *h)
+{
+	struct upload *u = (struct upload *)h;
+	uint8_t digest[32];
+	int rc;
+
+	pthread_mutex_lock(&u->mu);
+	if (u->finished)
+		rc = u->result;
+	else if (u->error)
+		rc = u->error;
+	else if (!u->have_header || u->received < u->total)
+		rc = -EBADMSG; /* counted and logged if the last close leaves it so */
+	else {
+		sha256_end(&u->sha, digest);
+		if (memcmp(digest, u->env.payload_sha256, 32) != 0) {
+			char a[65], d[128];
+			key_hex(digest, 32, a);
+			snprintf(d, sizeof(d), "payload hashes to %s, not to payload_sha256", a);
+			rc = reject(t, u, ENVELOPE_CHECKSUM, d);
+		} else {
+			rc = commit(t, u);
+			u->finished = true;
+			u->result = rc;
+			drop_data(t, u);
+		}
+	}
+	tree_touch(u->ver);
+	pthread_mutex_unlock(&u->mu);
+	return rc;
+}
+
+int publish_close(struct tree *t, struct handle *h, uint64_t owner)
+{
+	struct upload *u = (struct upload *)h;
+
+	pthread_mutex_lock(&u->mu);
+	bool foreign = !u->finished && !u->error && owner && u->owner && owner != u->owner;
+	pthread_mutex_unlock(&u->mu);
+	return foreign ? 0 : publish_finish(t, h);
+}
+
+void publish_release(struct tree *t, struct handle *h)
+{
+	struct upload *u = (struct upload *)h;
+
+	if (!u->finished && !u->error) {
+		char d[128];
+		if (u->have_header)
+			snprintf(d, sizeof(d), "closed after %" PRIu64 " of %" PRIu64
+				 " bytes; nothing committed", u->received, u->total);
+		else
+			snprintf(d, sizeof(d), "closed after %" PRIu64
+				 " bytes, before the header was complete; nothing committed", u->received);
+		reject(t, u, ENVELOPE_TRUNCATED, d);
+	}
+	drop_data(t, u);
+	pthread_mutex_lock(&t->lock);
+	u->ver->uploads--;
+	u->ver->open_files--;
+	t->uploads--;
+	pthread_mutex_unlock(&t->lock);
+	node_unref(&u->obj->node, 1);
+	pthread_mutex_destroy(&u->mu);
+	free(u);
+}
+

@@ -1,0 +1,274 @@
+#include "autoconf.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "store.h"
+
+static int lock_store(struct store *s, char *err, size_t errlen)
+{
+	char pid[32];
+
+	s->lock_fd = openat(s->root_fd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (s->lock_fd < 0) {
+		int e = errno;
+		snprintf(err, errlen, "store %s: cannot open its lock file: %s", s->path, strerror(e));
+		return -e;
+	}
+	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		int e = errno;
+		ssize_t n = pread(s->lock_fd, pid, sizeof(pid) - 1, 0);
+		pid[n > 0 ? n : 0] = '\0';
+		pid[strcspn(pid, "\n")] = '\0';
+		if (e == EWOULDBLOCK)
+			snprintf(err, errlen,
+				 "store %s is in use by another artfs daemon (pid %s); "
+				 "unmount that one first or choose another store=",
+				 s->path, pid[0] ? pid : "unknown");
+		else
+			snprintf(err, errlen, "store %s: cannot lock: %s", s->path, strerror(e));
+		return e == EWOULDBLOCK ? -EBUSY : -e;
+	}
+	store_note_pid(s);
+	return 0;
+}
+
+void store_note_pid(struct store *s)
+{
+	char pid[32];
+	int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+
+	if (ftruncate(s->lock_fd, 0) < 0 || store_pwrite_all(s->lock_fd, pid, (size_t)n, 0) < 0)
+		log_warn("store %s: cannot record the daemon pid in its lock file", s->path);
+}
+
+int store_open(struct store *s, const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	s->root_fd = s->versions_fd = s->lock_fd = -1;
+	s->path = strdup(path);
+	if (!s->path)
+		return -ENOMEM;
+	if (mkdir(path, 0700) < 0 && errno != EEXIST) {
+		rc = -errno;
+		snprintf(err, errlen, "store %s: cannot create: %s", path, strerror(errno));
+		goto fail;
+	}
+	s->root_fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (s->root_fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "store %s: %s", path,
+			 errno == ELOOP || errno == ENOTDIR ? "not a directory (links are not followed)"
+							    : strerror(errno));
+		goto fail;
+	}
+	if (fstat(s->root_fd, &st) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "store %s: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (st.st_uid != geteuid()) {
+		rc = -EPERM;
+		snprintf(err, errlen, "store %s is owned by uid %u, not by this daemon (uid %u)",
+			 path, (unsigned)st.st_uid, (unsigned)geteuid());
+		goto fail;
+	}
+	if ((st.st_mode & 07777) != 0700) {
+		log_warn("store %s had mode %04o; setting 0700", path, (unsigned)(st.st_mode & 07777));
+		if (fchmod(s->root_fd, 0700) < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "store %s: cannot set mode 0700: %s", path, strerror(errno));
+			goto fail;
+		}
+	}
+	rc = lock_store(s, err, errlen);
+	if (rc < 0)
+		goto fail;
+	if (mkdirat(s->root_fd, "v", 0700) < 0 && errno != EEXIST) {
+		rc = -errno;
+		snprintf(err, errlen, "store %s: cannot create v/: %s", path, strerror(errno));
+		goto fail;
+	}
+	s->versions_fd = openat(s->root_fd, "v", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (s->versions_fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "store %s: v/: %s", path, strerror(errno));
+		goto fail;
+	}
+	return 0;
+fail:
+	store_close(s);
+	return rc;
+}
+
+void store_close(struct store *s)
+{
+	if (s->versions_fd >= 0)
+		close(s->versions_fd);
+	if (s->lock_fd >= 0)
+		close(s->lock_fd); /* releases the flock */
+	if (s->root_fd >= 0)
+		close(s->root_fd);
+	free(s->path);
+	memset(s, 0, sizeof(*s));
+	s->root_fd = s->versions_fd = s->lock_fd = -1;
+}
+
+int store_version_make(struct store *s, const char *wv)
+{
+	return mkdirat(s->versions_fd, wv, 0700) < 0 ? -errno : 0;
+}
+
+int store_version_open(struct store *s, const char *wv)
+{
+	int fd = openat(s->versions_fd, wv, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	return fd < 0 ? -errno : fd;
+}
+
+int store_version_remove(struct store *s, const char *wv)
+{
+	return unlinkat(s->versions_fd, wv, AT_REMOVEDIR) < 0 ? -errno : 0;
+}
+
+int store_tmp_open(int dirfd, struct store_tmp *tmp)
+{
+	static atomic_ulong counter;
+
+	tmp->name[0] = '\0';
+	tmp->fd = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0400);
+	if (tmp->fd >= 0)
+		return 0;
+	if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+		return -errno;
+	/* File systems without O_TMPFILE: a dot-name that scans drop. */
+	snprintf(tmp->name, sizeof(tmp->name), STORE_TMP_PREFIX "%ld.%lu", (long)getpid(),
+		 atomic_fetch_add(&counter, 1));
+	tmp->fd = openat(dirfd, tmp->name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400);
+	if (tmp->fd < 0) {
+		tmp->name[0] = '\0';
+		return -errno;
+	}
+	return 0;
+}
+
+int store_tmp_link(int dirfd, struct store_tmp *tmp, const char *name)
+{
+	if (tmp->name[0]) {
+		if (linkat(dirfd, tmp->name, dirfd, name, 0) < 0)
+			return -errno;
+		unlinkat(dirfd, tmp->name, 0);
+		tmp->name[0] = '\0';
+		return 0;
+	}
+	if (linkat(tmp->fd, "", dirfd, name, AT_EMPTY_PATH) == 0)
+		return 0;
+	if (errno != ENOENT && errno != EPERM)
+		return -errno;
+	/* Without CAP_DAC_READ_SEARCH, link through /proc instead. */
+	char proc[64];
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", tmp->fd);
+	return linkat(AT_FDCWD, proc, dirfd, name, AT_SYMLINK_FOLLOW) < 0 ? -errno : 0;
+}
+
+void store_tmp_close(int dirfd, struct store_tmp *tmp)
+{
+	if (tmp->fd >= 0)
+		close(tmp->fd);
+	if (tmp->name[0])
+		unlinkat(dirfd, tmp->name, 0);
+	tmp->fd = -1;
+	tmp->name[0] = '\0';
+}
+
+int store_pwrite_all(int fd, const void *buf, size_t len, off_t off)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = pwrite(fd, p, len, off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+		off += n;
+	}
+	return 0;
+}
+
+int store_pread_all(int fd, void *buf, size_t len, off_t off)
+{
+	char *p = buf;
+
+	while (len) {
+		ssize_t n = pread(fd, p, len, off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -EIO;
+		p += n;
+		len -= (size_t)n;
+		off += n;
+	}
+	return 0;
+}
+
+int store_object_open(int dirfd, const char *name)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+	return fd < 0 ? -errno : fd;
+}
+
+int store_object_stat(int dirfd, const char *name, struct stat *st)
+{
+	if (fstatat(dirfd, name, st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	return S_ISREG(st->st_mode) ? 0 : -EINVAL;
+}
+
+int store_object_remove(int dirfd, const char *name)
+{
+	return unlinkat(dirfd, name, 0) < 0 ? -errno : 0;
+}
+
+int store_list(int dirfd, store_entry_fn fn, void *ctx)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	struct dirent *de;
+	int rc = 0;
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		rc = fn(ctx, de->d_name, de->d_type);
+		if (rc)
+			break;
+	}
+	closedir(d);
+	return rc;
+}

@@ -1,0 +1,64 @@
+/* The on-disk store (DESIGN.md §3.5): a directory the daemon owns.
+ *
+ *   <store>/lock           flock'd by the running daemon, holds its pid
+ *   <store>/v/<wv>/<hash>  one committed object: the envelope as published
+ *
+ * Objects are written to an unnamed temporary file in their version
+ * directory and linked into place, so a name in the store always holds a
+ * whole object and a crash leaves nothing half-written behind. */
+#ifndef ARTFS_STORE_H
+#define ARTFS_STORE_H
+
+#include <stddef.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+struct store {
+	char *path;
+	int root_fd;
+	int versions_fd;
+	int lock_fd;
+};
+
+/* A temporary object file, unnamed (O_TMPFILE) or, where the file system
+ * lacks that, named ".tmp.*" (dropped again by store_scan_objects). */
+struct store_tmp {
+	int fd;
+	char name[40];
+};
+
+#define STORE_TMP_PREFIX ".tmp."
+
+/* Creates the directory (mode 0700) if missing, opens it without following
+ * links, refuses one owned by another user, takes the exclusive lock.
+ * Returns 0 or a negative errno with a message in err. */
+int store_open(struct store *s, const char *path, char *err, size_t errlen);
+void store_close(struct store *s);
+/* Writes this process's pid into the lock file (again after daemonizing). */
+void store_note_pid(struct store *s);
+
+int store_version_make(struct store *s, const char *wv);
+int store_version_open(struct store *s, const char *wv);  /* fd or -errno */
+int store_version_remove(struct store *s, const char *wv);
+
+int store_tmp_open(int dirfd, struct store_tmp *tmp);
+/* Gives the temporary file its name; -EEXIST if the name is taken.
+ * The fd stays open (the caller closes it with store_tmp_close). */
+int store_tmp_link(int dirfd, struct store_tmp *tmp, const char *name);
+void store_tmp_close(int dirfd, struct store_tmp *tmp);
+
+/* pwrite all of buf at off; -errno (ENOSPC when the store file system is full). */
+int store_pwrite_all(int fd, const void *buf, size_t len, off_t off);
+/* pread exactly len bytes at off; -EIO if the file is shorter. */
+int store_pread_all(int fd, void *buf, size_t len, off_t off);
+
+int store_object_open(int dirfd, const char *name); /* fd or -errno */
+int store_object_stat(int dirfd, const char *name, struct stat *st);
+int store_object_remove(int dirfd, const char *name);
+
+/* Calls fn for each entry of the directory fd (not "." or ".."); stops
+ * when fn returns non-zero and returns that. d_type is DT_* */
+typedef int (*store_entry_fn)(void *ctx, const char *name, unsigned char d_type);
+int store_list(int dirfd, store_entry_fn fn, void *ctx);
+
+#endif

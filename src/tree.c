@@ -1,0 +1,570 @@
+#include "autoconf.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "info.h"
+#include "key.h"
+#include "listing.h"
+#include "log.h"
+#include "object.h"
+#include "publish.h"
+#include "scan.h"
+#include "tree.h"
+
+#define DIR_ATTR_TIMEOUT 1.0  /* version mtimes move with activity */
+
+int64_t tree_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec;
+}
+
+void tree_touch(struct version *v)
+{
+	atomic_store_explicit(&v->last_active, tree_now(), memory_order_relaxed);
+}
+
+uint64_t tree_node_id(struct tree *t, struct node *n)
+{
+	return n == &t->root ? 1 : (uint64_t)(uintptr_t)n;
+}
+
+struct node *tree_node_from_id(struct tree *t, uint64_t id)
+{
+	return id == 1 ? &t->root : (struct node *)(uintptr_t)id;
+}
+
+int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen)
+{
+	memset(t, 0, sizeof(*t));
+	t->cfg = cfg;
+	t->started = tree_now();
+	pthread_mutex_init(&t->lock, NULL);
+	index_init(&t->idx);
+	t->root.type = NODE_ROOT;
+	t->info_dir.type = NODE_INFO_DIR;
+	for (int i = 0; i < INFO_COUNT; i++) {
+		t->info_files[i].type = NODE_INFO_FILE;
+		t->info_files[i].sub = (uint8_t)i;
+	}
+	int rc = store_open(&t->store, cfg->store, err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = scan_store(t, err, errlen);
+	if (rc < 0)
+		goto fail;
+	return 0;
+fail:
+	tree_close(t);
+	return rc;
+}
+
+void tree_close(struct tree *t)
+{
+	index_destroy(&t->idx);
+	if (t->store.path)
+		store_close(&t->store);
+	pthread_mutex_destroy(&t->lock);
+}
+
+/* ---- attributes --------------------------------------------------------- */
+
+static void stat_common(struct tree *t, struct node *n, struct stat *st, mode_t mode)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = tree_node_id(t, n);
+	st->st_mode = (mode & S_IFMT) | (mode & 07777 & ~t->cfg->umask);
+	st->st_nlink = S_ISDIR(mode) ? 2 : 1;
+	st->st_uid = t->cfg->uid;
+	st->st_gid = t->cfg->gid;
+	st->st_blksize = 128 * 1024;
+	st->st_atim.tv_sec = st->st_mtim.tv_sec = st->st_ctim.tv_sec = t->started;
+}
+
+void tree_object_stat(struct tree *t, struct object *o, struct stat *st)
+{
+	bool committed = o->state != OBJECT_UPLOADING;
+	uint64_t size = committed ? atomic_load(&o->npy_size) : atomic_load(&o->file_size);
+	uint64_t ns = atomic_load(&o->ctime_ns);
+
+	stat_common(t, &o->node, st, S_IFREG | (committed ? 0444 : 0644));
+	st->st_size = (off_t)size;
+	st->st_blocks = (blkcnt_t)((size + 511) / 512);
+	if (committed) {
+		st->st_mtim.tv_sec = st->st_ctim.tv_sec = st->st_atim.tv_sec = (time_t)(ns / 1000000000u);
+		st->st_mtim.tv_nsec = st->st_ctim.tv_nsec = st->st_atim.tv_nsec = (long)(ns % 1000000000u);
+	} else {
+		st->st_mtim.tv_sec = st->st_ctim.tv_sec = st->st_atim.tv_sec = tree_now();
+	}
+}
+
+static void version_stat(struct tree *t, struct version *v, struct stat *st)
+{
+	stat_common(t, &v->node, st, S_IFDIR | 0777);
+	st->st_mtim.tv_sec = st->st_atim.tv_sec = atomic_load(&v->last_active);
+	st->st_ctim.tv_sec = v->created;
+}
+
+int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeout)
+{
+	*timeout = TREE_FOREVER;
+	switch (n->type) {
+	case NODE_ROOT:
+		stat_common(t, n, st, S_IFDIR | 0777);
+		*timeout = DIR_ATTR_TIMEOUT;
+		return 0;
+	case NODE_INFO_DIR:
+		stat_common(t, n, st, S_IFDIR | 0555);
+		return 0;
+	case NODE_INFO_FILE:
+		stat_common(t, n, st, S_IFREG | 0444);
+		*timeout = 0;
+		return 0;
+	case NODE_VERSION: {
+		struct version *v = (struct version *)n;
+		if (v->removed)
+			return -ENOENT;
+		version_stat(t, v, st);
+		*timeout = DIR_ATTR_TIMEOUT;
+		return 0;
+	}
+	case NODE_OBJECT: {
+		struct object *o = (struct object *)n;
+		if (o->state == OBJECT_COMMITTED) {
+			int rc = object_know_size(t, o);
+			if (rc < 0)
+				return rc;
+		}
+		tree_object_stat(t, o, st);
+		if (o->state == OBJECT_UPLOADING)
+			*timeout = 0;
+		return 0;
+	}
+	default:
+		return -ENOENT;
+	}
+}
+
+int tree_setattr(struct tree *t, struct node *n, unsigned to_set, const struct stat *in,
+		 struct stat *out, double *timeout)
+{
+	if (n->type != NODE_OBJECT)
+		return -EPERM;
+	struct object *o = (struct object *)n;
+	if (to_set & (TREE_SET_MODE | TREE_SET_UID | TREE_SET_GID))
+		return -EPERM;
+	if (to_set & TREE_SET_SIZE) {
+		/* Objects are immutable. open(O_TRUNC) of a committed object (a
+		 * re-publish) arrives here as a truncation to 0: accepted and
+		 * ignored, so readers never see it shrink. */
+		uint64_t now = o->state == OBJECT_UPLOADING ? atomic_load(&o->file_size) : 0;
+		if ((uint64_t)in->st_size != now)
+			return -EPERM;
+	}
+	if ((to_set & (TREE_SET_ATIME | TREE_SET_MTIME)) && o->state != OBJECT_UPLOADING)
+		return -EPERM;
+	return tree_getattr(t, n, out, timeout);
+}
+
+/* ---- names --------------------------------------------------------------- */
+
+static int negative(struct tree_entry *e, double timeout)
+{
+	e->node = NULL;
+	e->entry_timeout = timeout;
+	return -ENOENT;
+}
+
+static int positive(struct tree *t, struct node *n, struct tree_entry *e)
+{
+	double timeout;
+	int rc = tree_getattr(t, n, &e->st, &timeout);
+
+	if (rc < 0) {
+		node_unref(n, 1);
+		return rc;
+	}
+	e->node = n;
+	e->attr_timeout = timeout;
+	e->entry_timeout = n->type == NODE_OBJECT && ((struct object *)n)->state == OBJECT_UPLOADING
+				   ? 0
+				   : TREE_FOREVER;
+	return 0;
+}
+
+static struct version *find_version(struct tree *t, const char *name)
+{
+	pthread_mutex_lock(&t->lock);
+	struct version *v = index_version_find(&t->idx, name);
+	if (v)
+		node_ref(&v->node);
+	pthread_mutex_unlock(&t->lock);
+	return v;
+}
+
+static struct object *find_object(struct tree *t, struct version *v, const uint8_t *hash,
+				  size_t len)
+{
+	pthread_mutex_lock(&t->lock);
+	struct object *o = index_object_find(&t->idx, v, hash, len);
+	if (o)
+		node_ref(&o->node);
+	pthread_mutex_unlock(&t->lock);
+	return o;
+}
+
+int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tree_entry *e)
+{
+	uint8_t hash[ARTFS_HASH_BYTES_MAX];
+	size_t len;
+
+	memset(e, 0, sizeof(*e));
+	switch (parent->type) {
+	case NODE_ROOT: {
+		if (strcmp(name, ARTFS_INFO_DIR) == 0) {
+			node_ref(&t->info_dir);
+			return positive(t, &t->info_dir, e);
+		}
+		if (!key_version_name_valid(name))
+			return negative(e, TREE_FOREVER); /* can never exist */
+		struct version *v = find_version(t, name);
+		return v ? positive(t, &v->node, e) : negative(e, 0);
+	}
+	case NODE_INFO_DIR:
+		for (int i = 0; i < INFO_COUNT; i++)
+			if (strcmp(name, info_file_name((enum info_file)i)) == 0) {
+				node_ref(&t->info_files[i]);
+				return positive(t, &t->info_files[i], e);
+			}
+		return negative(e, TREE_FOREVER);
+	case NODE_VERSION: {
+		struct version *v = (struct version *)parent;
+		if (v->removed)
+			return negative(e, 0);
+		if (key_hash_decode(name, hash, &len) < 0)
+			return negative(e, TREE_FOREVER);
+		struct object *o = find_object(t, v, hash, len);
+		return o ? positive(t, &o->node, e) : negative(e, 0);
+	}
+	default:
+		return -ENOTDIR;
+	}
+}
+
+void tree_forget(struct tree *t, struct node *n, uint64_t nlookup)
+{
+	(void)t;
+	node_unref(n, nlookup);
+}
+
+int tree_mkdir(struct tree *t, struct node *parent, const char *name, struct tree_entry *e)
+{
+	if (parent->type != NODE_ROOT)
+		return -EPERM;
+	if (!key_version_name_valid(name)) {
+		log_warn("mkdir %.200s: not a weight version name "
+			 "([A-Za-z0-9][A-Za-z0-9._-]{0,127})", name);
+		return -EINVAL;
+	}
+	struct version *v = find_version(t, name);
+	if (v) {
+		node_unref(&v->node, 1);
+		return -EEXIST;
+	}
+	int rc = store_version_make(&t->store, name);
+	if (rc < 0 && rc != -EEXIST) {
+		log_err("mkdir %s: cannot create it in the store: %s", name, strerror(-rc));
+		return rc == -ENOSPC ? rc : -EIO;
+	}
+	int fd = store_version_open(&t->store, name);
+	if (fd < 0) {
+		log_err("mkdir %s: cannot open it in the store: %s", name, strerror(-fd));
+		return -EIO;
+	}
+	v = version_new(name, fd, tree_now());
+	if (!v) {
+		close(fd);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&t->lock);
+	if (index_version_find(&t->idx, name))
+		rc = -EEXIST;
+	else
+		rc = index_version_insert(&t->idx, v);
+	pthread_mutex_unlock(&t->lock);
+	if (rc < 0) {
+		node_unref(&v->node, 1);
+		return rc;
+	}
+	counter_inc(&t->metrics.versions_created);
+	return positive(t, &v->node, e); /* our creation reference becomes the kernel's */
+}
+
+int tree_rmdir(struct tree *t, struct node *parent, const char *name)
+{
+	if (parent->type != NODE_ROOT)
+		return parent->type == NODE_VERSION ? -ENOENT : -EPERM;
+	if (strcmp(name, ARTFS_INFO_DIR) == 0)
+		return -EPERM;
+	int rc = 0;
+	bool stray = false;
+	pthread_mutex_lock(&t->lock);
+	struct version *v = index_version_find(&t->idx, name);
+	if (!v)
+		rc = -ENOENT;
+	else if (v->objects.count || v->uploads)
+		rc = -ENOTEMPTY;
+	else {
+		rc = store_version_remove(&t->store, name);
+		if (rc == 0)
+			index_version_remove(&t->idx, v);
+		stray = rc == -ENOTEMPTY;
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (stray)
+		log_err("rmdir %s: its store directory holds files artfs did not index", name);
+	if (rc == 0) {
+		counter_inc(&t->metrics.versions_removed);
+		log_info("rmdir %s: version removed", name);
+	}
+	return rc;
+}
+
+int tree_unlink(struct tree *t, struct node *parent, const char *name)
+{
+	uint8_t hash[ARTFS_HASH_BYTES_MAX];
+	size_t len;
+
+	if (parent->type != NODE_VERSION)
+		return parent->type == NODE_ROOT ? -EISDIR : -EPERM;
+	struct version *v = (struct version *)parent;
+	if (key_hash_decode(name, hash, &len) < 0)
+		return -ENOENT;
+	int rc = 0;
+	uint64_t bytes = 0;
+	pthread_mutex_lock(&t->lock);
+	struct object *o = index_object_find(&t->idx, v, hash, len);
+	if (!o)
+		rc = -ENOENT;
+	else {
+		rc = store_object_remove(v->dirfd, name);
+		if (rc == 0 || rc == -ENOENT) {
+			bytes = atomic_load(&o->file_size);
+			t->bytes_used -= bytes;
+			t->objects--;
+			v->bytes -= bytes;
+			index_object_remove(&t->idx, v, o);
+			rc = 0;
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (rc == 0) {
+		counter_inc(&t->metrics.unlinks);
+		log_info("unlink %s/%s: object removed (%llu bytes)", v->name, name,
+			 (unsigned long long)bytes);
+	} else if (rc != -ENOENT) {
+		log_err("unlink %s/%s: %s", v->name, name, strerror(-rc));
+		rc = -EIO;
+	}
+	return rc;
+}
+
+int tree_statfs(struct tree *t, struct statvfs *sv)
+{
+	const unsigned long bsize = 4096;
+
+	memset(sv, 0, sizeof(*sv));
+	pthread_mutex_lock(&t->lock);
+	uint64_t used = t->bytes_used + t->bytes_reserved, objects = t->objects;
+	pthread_mutex_unlock(&t->lock);
+	uint64_t cap = t->cfg->capacity;
+	sv->f_bsize = sv->f_frsize = bsize;
+	sv->f_blocks = cap / bsize;
+	sv->f_bfree = sv->f_bavail = used >= cap ? 0 : (cap - used) / bsize;
+	sv->f_files = objects + sv->f_bfree;
+	sv->f_ffree = sv->f_favail = sv->f_bfree;
+	sv->f_namemax = ARTFS_HASH_HEX_MAX;
+	return 0;
+}
+
+/* ---- files -------------------------------------------------------------- */
+
+int tree_create(struct tree *t, struct node *parent, const char *name, int flags,
+		struct tree_entry *e, struct handle **h, struct tree_open_reply *r)
+{
+	uint8_t hash[ARTFS_HASH_BYTES_MAX];
+	size_t len;
+
+	memset(e, 0, sizeof(*e));
+	if (parent->type != NODE_VERSION)
+		return -EPERM; /* only R3 objects are files one can create */
+	struct version *v = (struct version *)parent;
+	if (key_hash_decode(name, hash, &len) < 0) {
+		log_warn("create %s/%.200s: not a block hash name "
+			 "(2 to 128 lowercase hex digits, even length)", v->name, name);
+		return -EINVAL;
+	}
+	struct object *o = find_object(t, v, hash, len);
+	if (o && (flags & O_EXCL)) {
+		node_unref(&o->node, 1);
+		return -EEXIST;
+	}
+	if (!o) {
+		o = object_new(v, hash, len);
+		if (!o)
+			return -ENOMEM;
+	}
+	int rc = publish_begin(t, o, h);
+	if (rc < 0) {
+		node_unref(&o->node, 1);
+		return rc;
+	}
+	r->direct_io = true; /* the bytes written are not the bytes read */
+	return positive(t, &o->node, e);
+}
+
+int tree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,
+		   struct tree_open_reply *r)
+{
+	bool writing = (flags & O_ACCMODE) != O_RDONLY;
+
+	switch (n->type) {
+	case NODE_INFO_FILE:
+		if (writing)
+			return -EACCES;
+		return info_open(t, (enum info_file)n->sub, h, r);
+	case NODE_OBJECT: {
+		struct object *o = (struct object *)n;
+		if (o->state != OBJECT_COMMITTED)
+			return -ENOENT;
+		if (writing) {
+			/* Publishing onto an existing key: close says identical or not. */
+			r->direct_io = true;
+			return publish_begin(t, o, h);
+		}
+		return object_open(t, o, h, r);
+	}
+	case NODE_ROOT:
+	case NODE_INFO_DIR:
+	case NODE_VERSION:
+		return -EISDIR;
+	default:
+		return -ENOENT;
+	}
+}
+
+static void handle_put(struct tree *t, struct handle *h)
+{
+	if (atomic_fetch_sub(&h->users, 1) != 1)
+		return;
+	switch (h->type) {
+	case HANDLE_UPLOAD:
+		publish_release(t, h);
+		break;
+	case HANDLE_OBJECT:
+		object_release(t, h);
+		break;
+	case HANDLE_TEXT:
+		info_release(h);
+		break;
+	case HANDLE_DIR:
+		listing_release(h);
+		break;
+	default:
+		break;
+	}
+}
+
+int tree_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
+	      const void **data, size_t *len)
+{
+	int rc;
+
+	switch (h->type) {
+	case HANDLE_OBJECT:
+		rc = object_read(t, h, off, size, data, len);
+		break;
+	case HANDLE_TEXT:
+		rc = info_read(h, off, size, data, len);
+		break;
+	default:
+		return -EBADF;
+	}
+	if (rc == 0)
+		atomic_fetch_add(&h->users, 1);
+	return rc;
+}
+
+void tree_read_done(struct tree *t, struct handle *h)
+{
+	handle_put(t, h);
+}
+
+int tree_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
+	       uint64_t owner)
+{
+	if (h->type != HANDLE_UPLOAD)
+		return -EBADF;
+	return publish_write(t, h, off, buf, len, owner);
+}
+
+int tree_flush(struct tree *t, struct handle *h, uint64_t owner)
+{
+	return h->type == HANDLE_UPLOAD ? publish_close(t, h, owner) : 0;
+}
+
+int tree_fsync(struct tree *t, struct handle *h)
+{
+	return h->type == HANDLE_UPLOAD ? publish_finish(t, h) : 0;
+}
+
+void tree_release(struct tree *t, struct handle *h)
+{
+	handle_put(t, h);
+}
+
+/* ---- directories -------------------------------------------------------- */
+
+int tree_opendir(struct tree *t, struct node *n, struct handle **h)
+{
+	return listing_open(t, n, h);
+}
+
+int tree_readdir(struct tree *t, struct handle *h, size_t i, struct tree_dirent *de)
+{
+	(void)t;
+	return listing_entry(h, i, de);
+}
+
+void tree_releasedir(struct tree *t, struct handle *h)
+{
+	handle_put(t, h);
+}
+
+/* ---- extended attributes ------------------------------------------------- */
+
+int tree_getxattr(struct tree *t, struct node *n, const char *name, char *buf, size_t cap,
+		  size_t *len)
+{
+	if (n->type != NODE_OBJECT || ((struct object *)n)->state != OBJECT_COMMITTED)
+		return -ENODATA;
+	return object_getxattr(t, (struct object *)n, name, buf, cap, len);
+}
+
+int tree_listxattr(struct tree *t, struct node *n, char *buf, size_t cap, size_t *len)
+{
+	(void)t;
+	if (n->type != NODE_OBJECT || ((struct object *)n)->state != OBJECT_COMMITTED) {
+		*len = 0;
+		return 0;
+	}
+	return object_listxattr(buf, cap, len);
+}

@@ -1,0 +1,206 @@
+"""Real-mount fixtures: every test gets an artfs daemon of its own (the build
+named by $ARTFS_DAEMON, normal or sanitized) on a fresh mountpoint and store."""
+import errno
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+DAEMON = os.environ.get("ARTFS_DAEMON")
+VECTORS = os.environ.get("ARTFS_VECTORS",
+                         os.path.join(os.path.dirname(__file__), "..", "vectors"))
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                   "SUMMARY: UndefinedBehaviorSanitizer")
+
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
+class Mount:
+    def __init__(self, base, name="mnt", **options):
+        self.base = str(base)
+        self.mountpoint = os.path.join(self.base, name)
+        self.options = {"store": os.path.join(self.base, "store")}
+        self.options.update(options)
+        self.store = self.options["store"]
+        self.logfile = os.path.join(self.base, name + ".log")
+        self.proc = None
+        os.makedirs(self.mountpoint, exist_ok=True)
+
+    # -- lifecycle --------------------------------------------------------------
+    def start(self, extra_args=(), expect_fail=False):
+        assert DAEMON, "ARTFS_DAEMON is not set (run through make check)"
+        opts = ",".join(f"{k}={v}" if v is not None else k for k, v in self.options.items())
+        cmd = [DAEMON, "-f", "-o", opts, *extra_args, self.mountpoint]
+        self.log_fh = open(self.logfile, "a")
+        self.proc = subprocess.Popen(cmd, stdout=self.log_fh, stderr=subprocess.STDOUT)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if is_mounted(self.mountpoint):
+                return self
+            if self.proc.poll() is not None:
+                if expect_fail:
+                    return self
+                raise AssertionError(f"artfs exited {self.proc.returncode}:\n{self.log()}")
+            time.sleep(0.02)
+        raise AssertionError("artfs did not mount within 20 s:\n" + self.log())
+
+    def stop(self, check=True):
+        if self.proc is None:
+            return
+        if is_mounted(self.mountpoint):
+            r = subprocess.run(["umount", self.mountpoint], check=False)
+            if r.returncode != 0:  # a failed test left a file open
+                subprocess.run(["umount", "-l", self.mountpoint], check=False)
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self.proc = None
+        self.log_fh.close()
+        if check:
+            log = self.log()
+            for mark in SANITIZER_MARKS:
+                assert mark not in log, f"sanitizer report in the daemon log:\n{log}"
+            assert rc == 0, f"artfs exited {rc}:\n{log}"
+
+    def kill(self):
+        """SIGKILL the daemon and detach its dead mount."""
+        self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+        self.log_fh.close()
+        subprocess.run(["umount", "-l", self.mountpoint], check=False)
+
+    def restart(self):
+        self.stop()
+        return self.start()
+
+    def log(self):
+        with open(self.logfile, errors="replace") as f:
+            return f.read()
+
+    def wait_log(self, text, timeout=5):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if text in self.log():
+                return True
+            time.sleep(0.02)
+        return False
+
+    # -- paths ---------------------------------------------------------------------
+    def path(self, *parts):
+        return os.path.join(self.mountpoint, *parts)
+
+    def store_file(self, wv, name):
+        return os.path.join(self.store, "v", wv, name)
+
+    def metrics(self):
+        out = {}
+        with open(self.path(".artfs", "metrics")) as f:
+            for line in f:
+                if line.startswith("#") or not line.strip():
+                    continue
+                name, value = line.rsplit(" ", 1)
+                out[name] = int(value)
+        return out
+
+
+@pytest.fixture
+def mnt(tmp_path):
+    m = Mount(tmp_path).start()
+    yield m
+    m.stop()
+
+
+@pytest.fixture
+def make_mount(tmp_path):
+    """Factory for mounts with options: make_mount(capacity="64K")."""
+    made = []
+
+    def factory(name="mnt", **options):
+        m = Mount(tmp_path, name, **options).start()
+        made.append(m)
+        return m
+
+    yield factory
+    for m in made:
+        m.stop()
+
+
+def errname(e):
+    return errno.errorcode.get(e, str(e))
+
+
+def publish(path, data, flags=os.O_CREAT | os.O_WRONLY | os.O_TRUNC, chunk=None,
+            fsync=False):
+    """Publishes like an engine: open, write, close. Returns 0 or the errno
+    name of the first call that failed, prefixed with the call
+    ("close:EBADMSG")."""
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        return "open:" + errname(e.errno)
+    step = chunk or max(len(data), 1)
+    try:
+        for off in range(0, len(data), step):
+            os.write(fd, data[off:off + step])
+        if fsync:
+            os.fsync(fd)
+    except OSError as e:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        return ("fsync:" if fsync else "write:") + errname(e.errno)
+    try:
+        os.close(fd)
+    except OSError as e:
+        return "close:" + errname(e.errno)
+    return 0
+
+
+def close_result(path, data, flags=os.O_CREAT | os.O_WRONLY | os.O_TRUNC, chunk=4096):
+    """Writes every byte whatever write() says, then returns what close()
+    says: 0 or an errno name. Also returns the set of errno names that
+    write() gave on the way (artfs fails writes early once it knows)."""
+    fd = os.open(path, flags, 0o644)
+    write_errors = set()
+    for off in range(0, len(data), chunk):
+        try:
+            os.write(fd, data[off:off + chunk])
+        except OSError as e:
+            write_errors.add(errname(e.errno))
+    try:
+        os.close(fd)
+    except OSError as e:
+        return errname(e.errno), write_errors
+    return 0, write_errors
+
+
+def read_result(path):
+    """Bytes of the file, or the errno name of open/read."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        return "open:" + errname(e.errno)
+    try:
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+        return b"".join(chunks)
+    except OSError as e:
+        return "read:" + errname(e.errno)
+    finally:
+        os.close(fd)

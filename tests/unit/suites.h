@@ -1,0 +1,18 @@
+/* Check suites of the core's unit tests. */
+#ifndef ARTFS_TEST_SUITES_H
+#define ARTFS_TEST_SUITES_H
+
+#include <check.h>
+#include <stddef.h>
+#include <stdint.h>
+
+Suite *envelope_suite(void);
+Suite *key_suite(void);
+Suite *npy_suite(void);
+Suite *config_suite(void);
+Suite *tree_suite(void);
+
+/* Reads VECTORS_DIR/<name> into a malloc'd buffer. */
+uint8_t *read_vector(const char *name, size_t *len);
+
+#endif
