@@ -78,6 +78,7 @@ static void version_free(struct version *v)
 	if (v->dirfd >= 0)
 		close(v->dirfd);
 	free(v->objects.buckets);
+	free(v->pending.buckets);
 	free(v);
 }
 
@@ -250,11 +251,9 @@ static int objects_grow(struct index *idx, struct object_table *t)
 	return 0;
 }
 
-struct object *index_object_find(struct index *idx, struct version *v,
-				 const uint8_t *hash, size_t hash_len)
+static struct object *table_find(struct index *idx, struct object_table *t, const uint8_t *hash,
+				 size_t hash_len)
 {
-	struct object_table *t = &v->objects;
-
 	if (!t->nbuckets)
 		return NULL;
 	for (struct object *o = t->buckets[object_slot(idx, t, hash, hash_len)]; o; o = o->next)
@@ -263,36 +262,71 @@ struct object *index_object_find(struct index *idx, struct version *v,
 	return NULL;
 }
 
-int index_object_insert(struct index *idx, struct version *v, struct object *o)
+static int table_insert(struct index *idx, struct object_table *t, struct object *o)
 {
-	struct object_table *t = &v->objects;
-
 	if (t->count + 1 > t->nbuckets && objects_grow(idx, t) < 0)
 		return -ENOMEM;
 	size_t i = object_slot(idx, t, o->hash, o->hash_len);
 	o->next = t->buckets[i];
 	t->buckets[i] = o;
 	t->count++;
-	o->state = OBJECT_COMMITTED;
-	node_ref(&o->node);
 	return 0;
 }
 
-void index_object_remove(struct index *idx, struct version *v, struct object *o)
+static bool table_remove(struct index *idx, struct object_table *t, struct object *o)
 {
-	struct object_table *t = &v->objects;
-
+	if (!t->nbuckets)
+		return false;
 	for (struct object **p = &t->buckets[object_slot(idx, t, o->hash, o->hash_len)]; *p;
 	     p = &(*p)->next) {
 		if (*p == o) {
 			*p = o->next;
 			o->next = NULL;
-			o->state = OBJECT_REMOVED;
 			t->count--;
-			node_unref(&o->node, 1);
-			return;
+			return true;
 		}
 	}
+	return false;
+}
+
+struct object *index_object_find(struct index *idx, struct version *v,
+				 const uint8_t *hash, size_t hash_len)
+{
+	return table_find(idx, &v->objects, hash, hash_len);
+}
+
+int index_object_insert(struct index *idx, struct version *v, struct object *o)
+{
+	int rc = table_insert(idx, &v->objects, o);
+
+	if (rc == 0) {
+		o->state = OBJECT_COMMITTED;
+		node_ref(&o->node);
+	}
+	return rc;
+}
+
+void index_object_remove(struct index *idx, struct version *v, struct object *o)
+{
+	if (table_remove(idx, &v->objects, o)) {
+		o->state = OBJECT_REMOVED;
+		node_unref(&o->node, 1);
+	}
+}
+
+int index_pending_add(struct index *idx, struct version *v, struct object *o)
+{
+	return table_insert(idx, &v->pending, o);
+}
+
+void index_pending_remove(struct index *idx, struct version *v, struct object *o)
+{
+	table_remove(idx, &v->pending, o);
+}
+
+bool index_pending_has(struct index *idx, struct version *v, const uint8_t *hash, size_t len)
+{
+	return table_find(idx, &v->pending, hash, len) != NULL;
 }
 
 void index_each_object(struct version *v, void (*fn)(void *ctx, struct object *o), void *ctx)
@@ -330,6 +364,7 @@ void index_destroy(struct index *idx)
 					if (v->dirfd >= 0)
 						close(v->dirfd);
 					free(v->objects.buckets);
+					free(v->pending.buckets);
 				}
 				free(n);
 			}

@@ -49,6 +49,7 @@ struct version {
 	int dirfd;                /* <store>/v/<wv> */
 	bool removed;
 	struct object_table objects;
+	struct object_table pending; /* objects being published (not referenced) */
 	uint64_t bytes;           /* committed bytes in this version */
 	uint32_t uploads;         /* publishes in flight */
 	uint32_t open_files;      /* open handles of any kind under this version */
@@ -105,6 +106,12 @@ struct object *index_object_find(struct index *idx, struct version *v,
 				 const uint8_t *hash, size_t hash_len);
 int index_object_insert(struct index *idx, struct version *v, struct object *o);
 void index_object_remove(struct index *idx, struct version *v, struct object *o);
+/* Objects being published under a name that has no committed object yet:
+ * while one is pending, the absence of its name must not be cached. */
+int index_pending_add(struct index *idx, struct version *v, struct object *o);
+void index_pending_remove(struct index *idx, struct version *v, struct object *o);
+bool index_pending_has(struct index *idx, struct version *v, const uint8_t *hash, size_t len);
+
 /* Calls fn for every committed object of v (tree lock held by the caller). */
 void index_each_object(struct version *v, void (*fn)(void *ctx, struct object *o), void *ctx);
 

@@ -27,6 +27,7 @@ struct upload {
 	uint64_t total;              /* 4 + H + payload, once the header is in */
 	bool have_header;
 	bool reserved;               /* t->bytes_reserved holds total */
+	bool pending;                /* obj is in its version's pending table */
 	bool finished;               /* result is final */
 	int result;                  /* the publish's errno, once finished */
 	int error;                   /* sticky failure before finishing */
@@ -99,6 +100,9 @@ int publish_begin(struct tree *t, struct object *obj, struct handle **h)
 		free(u);
 		return -ENOENT;
 	}
+	/* A new name: while it is being published its absence is not cacheable. */
+	if (obj->state == OBJECT_UPLOADING && index_pending_add(&t->idx, u->ver, obj) == 0)
+		u->pending = true;
 	u->ver->uploads++;
 	u->ver->open_files++;
 	t->uploads++;
@@ -362,6 +366,10 @@ static int commit(struct tree *t, struct upload *u)
 	atomic_store(&o->verified, 1);
 
 	pthread_mutex_lock(&t->lock);
+	if (u->pending) { /* both tables chain through o->next */
+		index_pending_remove(&t->idx, u->ver, u->obj);
+		u->pending = false;
+	}
 	rc = index_object_insert(&t->idx, u->ver, o);
 	if (rc == 0) {
 		t->bytes_reserved -= u->total;
@@ -438,6 +446,8 @@ void publish_release(struct tree *t, struct handle *h)
 	}
 	drop_data(t, u);
 	pthread_mutex_lock(&t->lock);
+	if (u->pending)
+		index_pending_remove(&t->idx, u->ver, u->obj);
 	u->ver->uploads--;
 	u->ver->open_files--;
 	t->uploads--;

@@ -18,6 +18,9 @@
 #include "tree.h"
 
 #define DIR_ATTR_TIMEOUT 1.0  /* version mtimes move with activity */
+/* The writer's own view of a file being published: the kernel tracks its
+ * size on write; a lookup after commit brings the committed attributes. */
+#define UPLOAD_ATTR_TIMEOUT 1.0
 
 int64_t tree_now(void)
 {
@@ -145,7 +148,7 @@ int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeou
 		}
 		tree_object_stat(t, o, st);
 		if (o->state == OBJECT_UPLOADING)
-			*timeout = 0;
+			*timeout = UPLOAD_ATTR_TIMEOUT;
 		return 0;
 	}
 	default:
@@ -211,12 +214,14 @@ static struct version *find_version(struct tree *t, const char *name)
 }
 
 static struct object *find_object(struct tree *t, struct version *v, const uint8_t *hash,
-				  size_t len)
+				  size_t len, bool *pending)
 {
 	pthread_mutex_lock(&t->lock);
 	struct object *o = index_object_find(&t->idx, v, hash, len);
 	if (o)
 		node_ref(&o->node);
+	else if (pending)
+		*pending = index_pending_has(&t->idx, v, hash, len);
 	pthread_mutex_unlock(&t->lock);
 	return o;
 }
@@ -251,8 +256,15 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 			return negative(e, 0);
 		if (key_hash_decode(name, hash, &len) < 0)
 			return negative(e, TREE_FOREVER);
-		struct object *o = find_object(t, v, hash, len);
-		return o ? positive(t, &o->node, e) : negative(e, 0);
+		/* An absent object may be cached as absent: a publish through the
+		 * mount turns that very dentry positive with its create. Not while
+		 * the name is being published, though: a lookup then must not leave
+		 * an absence behind that outlives the commit. */
+		bool pending = false;
+		struct object *o = find_object(t, v, hash, len, &pending);
+		if (o)
+			return positive(t, &o->node, e);
+		return negative(e, pending ? 0 : TREE_FOREVER);
 	}
 	default:
 		return -ENOTDIR;
@@ -368,7 +380,7 @@ int tree_unlink(struct tree *t, struct node *parent, const char *name)
 	pthread_mutex_unlock(&t->lock);
 	if (rc == 0) {
 		counter_inc(&t->metrics.unlinks);
-		log_info("unlink %s/%s: object removed (%llu bytes)", v->name, name,
+		log_debug("unlink %s/%s: object removed (%llu bytes)", v->name, name,
 			 (unsigned long long)bytes);
 	} else if (rc != -ENOENT) {
 		log_err("unlink %s/%s: %s", v->name, name, strerror(-rc));
@@ -412,7 +424,7 @@ int tree_create(struct tree *t, struct node *parent, const char *name, int flags
 			 "(2 to 128 lowercase hex digits, even length)", v->name, name);
 		return -EINVAL;
 	}
-	struct object *o = find_object(t, v, hash, len);
+	struct object *o = find_object(t, v, hash, len, NULL);
 	if (o && (flags & O_EXCL)) {
 		node_unref(&o->node, 1);
 		return -EEXIST;

@@ -294,8 +294,19 @@ START_TEST(names_and_listing)
 	ck_assert_int_eq(tree_lookup(&t, &t.root, ".bad", &e), -ENOENT);
 	ck_assert(e.entry_timeout > 0); /* an impossible name: cached absence */
 	ck_assert_int_eq(tree_lookup(&t, &t.root, "absent", &e), -ENOENT);
-	ck_assert(e.entry_timeout == 0); /* a possible name: never cached */
+	ck_assert(e.entry_timeout == 0); /* a version mkdir'd later must show */
 	struct node *ver = version("v");
+	/* An absent object is cacheable, except while it is being published. */
+	ck_assert_int_eq(tree_lookup(&t, ver, "00aa", &e), -ENOENT);
+	ck_assert(e.entry_timeout > 0);
+	struct tree_entry ce;
+	ck_assert_int_eq(tree_create(&t, ver, "00aa", O_CREAT | O_WRONLY, &ce, &h, &r), 0);
+	ck_assert_int_eq(tree_lookup(&t, ver, "00aa", &e), -ENOENT);
+	ck_assert(e.entry_timeout == 0);
+	tree_release(&t, h);
+	tree_forget(&t, ce.node, 1);
+	ck_assert_int_eq(tree_lookup(&t, ver, "00aa", &e), -ENOENT);
+	ck_assert(e.entry_timeout > 0);
 	ck_assert_int_eq(tree_create(&t, ver, "xyz", O_CREAT | O_WRONLY, &e, &h, &r), -EINVAL);
 	for (int i = 0; i < 100; i++) {
 		char name[8];
