@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -67,9 +68,18 @@ static void registry_del(struct node *n)
 	pthread_mutex_unlock(&registry_lock);
 }
 
+/* A version's .materialize node lives inside the version: references to it
+ * are references to the version. */
+static struct node *counted(struct node *n)
+{
+	if (n->type == NODE_MATERIALIZE)
+		return &((struct version *)((char *)n - offsetof(struct version, materialize)))->node;
+	return n;
+}
+
 void node_ref(struct node *n)
 {
-	atomic_fetch_add_explicit(&n->refs, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&counted(n)->refs, 1, memory_order_relaxed);
 }
 
 static void version_free(struct version *v)
@@ -93,6 +103,7 @@ static void object_free(struct object *o)
 
 void node_unref(struct node *n, uint64_t count)
 {
+	n = counted(n);
 	uint64_t old = atomic_fetch_sub_explicit(&n->refs, count, memory_order_acq_rel);
 
 	if (old != count)

@@ -1,6 +1,7 @@
 #include "autoconf.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,11 +23,37 @@ const char *info_file_name(enum info_file f)
 	return (unsigned)f < INFO_COUNT ? names[f] : NULL;
 }
 
+struct version_sample {
+	struct metrics_gauges *g;
+	int64_t now;
+	size_t cap;
+};
+
+static void sample_version(void *ctx, struct version *v)
+{
+	struct version_sample *s = ctx;
+	struct metrics_gauges *g = s->g;
+
+	if (g->nper_version == s->cap)
+		return;
+	struct metrics_version *mv = &g->per_version[g->nper_version++];
+	snprintf(mv->name, sizeof(mv->name), "%s", v->name);
+	mv->objects = v->objects.count;
+	mv->bytes = v->bytes;
+	mv->idle = s->now - atomic_load(&v->last_active);
+	mv->open_files = v->open_files;
+}
+
 static char *render_metrics(struct tree *t)
 {
-	struct metrics_gauges g;
+	struct metrics_gauges g = { 0 };
+	struct version_sample s = { .g = &g, .now = tree_now() };
 
 	pthread_mutex_lock(&t->lock);
+	s.cap = t->idx.versions.count;
+	g.per_version = calloc(s.cap ? s.cap : 1, sizeof(*g.per_version));
+	if (g.per_version)
+		index_each_version(&t->idx, sample_version, &s);
 	g.objects = t->objects;
 	g.versions = t->idx.versions.count;
 	g.bytes_used = t->bytes_used;
@@ -36,7 +63,9 @@ static char *render_metrics(struct tree *t)
 	g.capacity = t->cfg->capacity;
 	g.max_object = t->cfg->max_object;
 	g.started = t->started;
-	return metrics_render(&t->metrics, &g);
+	char *text = metrics_render(&t->metrics, &g);
+	free(g.per_version);
+	return text;
 }
 
 int info_open(struct tree *t, enum info_file f, struct handle **h, struct tree_open_reply *r)

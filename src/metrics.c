@@ -36,6 +36,22 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
 	       g->uploads);
 	metric(f, "artfs_start_time_seconds", "gauge", "Unix time the daemon started.",
 	       (uint64_t)g->started);
+	static const struct { const char *name, *help; } per_version[] = {
+		{ "artfs_version_objects", "Committed objects of one weight version." },
+		{ "artfs_version_bytes", "Committed bytes of one weight version." },
+		{ "artfs_version_idle_seconds", "Seconds since a publish or read in one weight version." },
+		{ "artfs_version_open_files", "Open files under one weight version." },
+	};
+	for (int k = 0; k < 4; k++) {
+		fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", per_version[k].name, per_version[k].help,
+			per_version[k].name);
+		for (size_t i = 0; i < g->nper_version; i++) {
+			const struct metrics_version *v = &g->per_version[i];
+			uint64_t value = k == 0 ? v->objects : k == 1 ? v->bytes
+				       : k == 2 ? (uint64_t)(v->idle > 0 ? v->idle : 0) : v->open_files;
+			fprintf(f, "%s{version=\"%s\"} %" PRIu64 "\n", per_version[k].name, v->name, value);
+		}
+	}
 	metric(f, "artfs_publishes_total", "counter", "Objects committed.", get(&m->publishes));
 	metric(f, "artfs_republish_identical_total", "counter",
 	       "Publishes of a key that already held identical content.",

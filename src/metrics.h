@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "artfs/artfs.h"
 #include "envelope.h"
 
 typedef _Atomic uint64_t counter_t;
@@ -26,6 +27,14 @@ struct metrics {
 	counter_t versions_removed;
 };
 
+struct metrics_version {
+	char name[ARTFS_VERSION_NAME_MAX + 1];
+	uint64_t objects;
+	uint64_t bytes;
+	int64_t idle;        /* seconds since the last publish or read */
+	uint32_t open_files;
+};
+
 /* Gauges sampled under the tree lock when the file is opened. */
 struct metrics_gauges {
 	uint64_t objects;
@@ -36,6 +45,8 @@ struct metrics_gauges {
 	uint64_t max_object;
 	uint64_t uploads;
 	int64_t started;
+	struct metrics_version *per_version;
+	size_t nper_version;
 };
 
 static inline void counter_inc(counter_t *c)

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -11,6 +12,7 @@
 #include "info.h"
 #include "key.h"
 #include "listing.h"
+#include "materialize.h"
 #include "log.h"
 #include "object.h"
 #include "publish.h"
@@ -109,6 +111,11 @@ void tree_object_stat(struct tree *t, struct object *o, struct stat *st)
 	}
 }
 
+static struct version *version_of_materialize(struct node *n)
+{
+	return (struct version *)((char *)n - offsetof(struct version, materialize));
+}
+
 static void version_stat(struct tree *t, struct version *v, struct stat *st)
 {
 	stat_common(t, &v->node, st, S_IFDIR | 0777);
@@ -139,6 +146,14 @@ int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeou
 		*timeout = DIR_ATTR_TIMEOUT;
 		return 0;
 	}
+	case NODE_MATERIALIZE:
+		if (version_of_materialize(n)->removed)
+			return -ENOENT;
+		/* A per-open transaction that changes nothing in the store: any
+		 * user who may enter the version may use it, whatever umask=. */
+		stat_common(t, n, st, S_IFREG);
+		st->st_mode = S_IFREG | 0666;
+		return 0;
 	case NODE_OBJECT: {
 		struct object *o = (struct object *)n;
 		if (o->state == OBJECT_COMMITTED) {
@@ -159,6 +174,8 @@ int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeou
 int tree_setattr(struct tree *t, struct node *n, unsigned to_set, const struct stat *in,
 		 struct stat *out, double *timeout)
 {
+	if (n->type == NODE_MATERIALIZE && to_set == TREE_SET_SIZE && in->st_size == 0)
+		return tree_getattr(t, n, out, timeout); /* open(O_TRUNC): nothing to cut */
 	if (n->type != NODE_OBJECT)
 		return -EPERM;
 	struct object *o = (struct object *)n;
@@ -254,6 +271,10 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 		struct version *v = (struct version *)parent;
 		if (v->removed)
 			return negative(e, 0);
+		if (strcmp(name, ARTFS_MATERIALIZE_NAME) == 0) {
+			node_ref(&v->materialize);
+			return positive(t, &v->materialize, e);
+		}
 		if (key_hash_decode(name, hash, &len) < 0)
 			return negative(e, TREE_FOREVER);
 		/* An absent object may be cached as absent: a publish through the
@@ -358,6 +379,8 @@ int tree_unlink(struct tree *t, struct node *parent, const char *name)
 	if (parent->type != NODE_VERSION)
 		return parent->type == NODE_ROOT ? -EISDIR : -EPERM;
 	struct version *v = (struct version *)parent;
+	if (strcmp(name, ARTFS_MATERIALIZE_NAME) == 0)
+		return -EPERM;
 	if (key_hash_decode(name, hash, &len) < 0)
 		return -ENOENT;
 	int rc = 0;
@@ -464,6 +487,12 @@ int tree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,
 		}
 		return object_open(t, o, h, r);
 	}
+	case NODE_MATERIALIZE: {
+		struct version *v = version_of_materialize(n);
+		if (v->removed)
+			return -ENOENT;
+		return materialize_open(t, v, h, r);
+	}
 	case NODE_ROOT:
 	case NODE_INFO_DIR:
 	case NODE_VERSION:
@@ -490,6 +519,9 @@ static void handle_put(struct tree *t, struct handle *h)
 	case HANDLE_DIR:
 		listing_release(h);
 		break;
+	case HANDLE_MATERIALIZE:
+		materialize_release(t, h);
+		break;
 	default:
 		break;
 	}
@@ -507,6 +539,9 @@ int tree_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
 	case HANDLE_TEXT:
 		rc = info_read(h, off, size, data, len);
 		break;
+	case HANDLE_MATERIALIZE:
+		rc = materialize_read(t, h, off, size, data, len);
+		break;
 	default:
 		return -EBADF;
 	}
@@ -523,6 +558,8 @@ void tree_read_done(struct tree *t, struct handle *h)
 int tree_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
 	       uint64_t owner)
 {
+	if (h->type == HANDLE_MATERIALIZE)
+		return materialize_write(t, h, off, buf, len);
 	if (h->type != HANDLE_UPLOAD)
 		return -EBADF;
 	return publish_write(t, h, off, buf, len, owner);

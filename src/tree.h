@@ -56,7 +56,7 @@ struct tree_open_reply {
 	bool nonseekable;
 };
 
-enum handle_type { HANDLE_UPLOAD = 1, HANDLE_OBJECT, HANDLE_TEXT, HANDLE_DIR };
+enum handle_type { HANDLE_UPLOAD = 1, HANDLE_OBJECT, HANDLE_TEXT, HANDLE_DIR, HANDLE_MATERIALIZE };
 
 /* An open file or directory. Reads hand out pointers into handle memory,
  * so a handle lives until its release and every read reply are done. */

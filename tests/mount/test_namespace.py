@@ -94,7 +94,7 @@ def test_metrics_are_prometheus_text(mnt):
     os.mkdir(mnt.path(WV))
     assert publish(mnt.path(WV, "00"), encode(WV, "00", routed_experts(4))) == 0
     text = open(mnt.path(".artfs", "metrics")).read()
-    sample = re.compile(r'^[a-z_]+(\{[a-z_]+="[a-z_]+"\})? [0-9]+$')
+    sample = re.compile(r'^[a-z_]+(\{[a-z_]+="[A-Za-z0-9._-]+"\})? [0-9]+$')
     typed = set()
     for line in text.splitlines():
         if line.startswith("# TYPE "):

@@ -11,6 +11,7 @@ Suite *key_suite(void);
 Suite *npy_suite(void);
 Suite *config_suite(void);
 Suite *tree_suite(void);
+Suite *materialize_suite(void);
 
 /* Reads VECTORS_DIR/<name> into a malloc'd buffer. */
 uint8_t *read_vector(const char *name, size_t *len);

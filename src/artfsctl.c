@@ -1,0 +1,2 @@
+/* replaced by the artfsctl implementation */
+int main(void) { return 1; }
