@@ -360,6 +360,11 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
 }
 
+void fs_forget_entry(void *session, uint64_t parent, const char *name)
+{
+	fuse_lowlevel_notify_inval_entry(session, parent, name, strlen(name));
+}
+
 const struct fuse_lowlevel_ops artfs_ll_ops = {
 	.init = op_init,
 	.lookup = op_lookup,

@@ -7,4 +7,7 @@
 
 extern const struct fuse_lowlevel_ops artfs_ll_ops;
 
+/* struct tree's forget_entry for a session: the kernel drops parent/name. */
+void fs_forget_entry(void *session, uint64_t parent, const char *name);
+
 #endif

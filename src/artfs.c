@@ -3,12 +3,14 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "expiry.h"
 #include "fs/ops.h"
 #include "log.h"
 #include "tree.h"
@@ -94,6 +96,10 @@ static int serve(struct tree *t, struct fuse_args *args, struct fuse_cmdline_opt
 		goto out_unmount;
 	log_init(!opts->foreground, opts->debug);
 	store_note_pid(&t->store);
+	t->forget_entry = fs_forget_entry;
+	t->forget_ctx = se;
+	if (expiry_start(t) < 0)
+		log_err("cannot start the collection thread; ttl= is not enforced");
 	log_info("mounted %s (store %s, %llu objects, capacity %llu bytes)", opts->mountpoint,
 		 t->cfg->store, (unsigned long long)t->objects, (unsigned long long)t->cfg->capacity);
 	if (opts->singlethread) {
@@ -109,7 +115,11 @@ static int serve(struct tree *t, struct fuse_args *args, struct fuse_cmdline_opt
 		rc = fuse_session_loop_mt(se, lc);
 		fuse_loop_cfg_destroy(lc);
 	}
+	/* The loop reports the signal that ended it; those are a clean exit. */
+	if (rc == SIGTERM || rc == SIGINT || rc == SIGHUP)
+		rc = 0;
 	log_info("unmounting %s", opts->mountpoint);
+	expiry_stop(t);
 out_unmount:
 	fuse_session_unmount(se);
 out_signals:

@@ -1,2 +1,907 @@
-/* replaced by the artfsctl implementation */
-int main(void) { return 1; }
+/* artfsctl: the command line of an artfs mount. It talks to the daemon only
+ * through files of the mount (DESIGN.md §2): status reads .artfs/config and
+ * .artfs/metrics, materialize runs one <wv>/.materialize transaction.
+ * Whatever the daemon writes is parsed as outside input: bounded lines,
+ * unknown lines ignored, control bytes never echoed to a terminal. */
+#include "autoconf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "key.h"
+
+#define PROG "artfsctl"
+#define EXIT_USAGE 2
+#define INFO_FILE_MAX (64u << 20)  /* bytes of .artfs/config or .artfs/metrics */
+#define INFO_LINE_MAX 4096         /* longer lines of those files are skipped */
+#define COPY_CHUNK (1u << 20)
+
+struct ctl {
+	const char *mnt;
+};
+
+struct command {
+	const char *name;
+	const char *synopsis;  /* arguments after the name */
+	const char *summary;
+	int (*run)(struct ctl *ctl, int argc, char **argv);
+};
+
+static const struct command *commands_list(size_t *n);
+
+/* ---- messages ------------------------------------------------------------ */
+
+static void usage(FILE *f)
+{
+	size_t n;
+	const struct command *cmds = commands_list(&n);
+
+	fprintf(f, "usage: " PROG " [-m MOUNTPOINT] <command> [arguments]\n\ncommands:\n");
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "  %s%s%s\n      %s\n", cmds[i].name, *cmds[i].synopsis ? " " : "",
+			cmds[i].synopsis, cmds[i].summary);
+	fprintf(f, "\noptions:\n"
+		   "  -m, --mount MOUNTPOINT  the artfs mount (default $ARTFS_MOUNT, else %s)\n"
+		   "  -h, --help              show this help\n"
+		   "\nexit status: 0 success, 1 the operation failed, 2 usage error\n",
+		CONFIG_DEFAULT_MOUNTPOINT);
+}
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* An operation failed: one line on stderr, exit status 1. */
+static int fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fputs(PROG ": ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	return 1;
+}
+
+/* The command line is wrong: the reason, then the usage, exit status 2. */
+static int bad_usage(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fputs(PROG ": ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputs("\n\n", stderr);
+	va_end(ap);
+	usage(stderr);
+	return EXIT_USAGE;
+}
+
+/* Text from the daemon or from stdin, made safe for a terminal: anything
+ * but printable ASCII becomes '?' (no escape sequences, C1 controls
+ * included), and at most max bytes are kept ("..." marks a cut). */
+static const char *printable(const char *s, char *buf, size_t size, size_t max)
+{
+	size_t n = 0;
+
+	for (; *s && n + 4 < size && n < max; s++)
+		buf[n++] = (*s >= 0x20 && *s < 0x7f) ? *s : '?';
+	if (*s && n + 4 <= size) {
+		memcpy(buf + n, "...", 3);
+		n += 3;
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+/* The option getopt stopped at: "-x" for a short one, else the word. */
+static const char *bad_option(char **argv, char *buf, size_t size)
+{
+	if (optopt > 0 && optopt < 0x7f && optopt >= 0x21) {
+		snprintf(buf, size, "-%c", optopt);
+		return buf;
+	}
+	return printable(argv[optind - 1], buf, size, 40);
+}
+
+/* ---- the mount ------------------------------------------------------------- */
+
+static char *path_in(const char *mnt, const char *rel)
+{
+	size_t a = strlen(mnt), b = strlen(rel);
+	bool slash = a > 0 && mnt[a - 1] == '/';
+	char *p = malloc(a + b + 2);
+
+	if (p)
+		snprintf(p, a + b + 2, "%s%s%s", mnt, slash ? "" : "/", rel);
+	return p;
+}
+
+/* An artfs mount is a directory whose .artfs/config can be read. */
+static int mount_check(const struct ctl *ctl)
+{
+	if (!*ctl->mnt)
+		return bad_usage("the mount point is an empty string");
+	char *path = path_in(ctl->mnt, ".artfs/config");
+	if (!path)
+		return fail("out of memory");
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int err = errno;
+	free(path);
+	if (fd < 0)
+		return fail("%s is not an artfs mount (.artfs/config: %s)", ctl->mnt, strerror(err));
+	close(fd);
+	return 0;
+}
+
+/* Reads a whole .artfs file; stat says 0 for them (like /proc), so it reads
+ * to EOF. Returns 0 and a NUL-terminated malloc'd text, or -errno. */
+static int info_read(const struct ctl *ctl, const char *rel, char **text, size_t *len)
+{
+	char *path = path_in(ctl->mnt, rel);
+	size_t cap = 1 << 16, n = 0;
+	char *buf = malloc(cap);
+	int rc = 0;
+
+	if (!path || !buf) {
+		free(path);
+		free(buf);
+		return -ENOMEM;
+	}
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	free(path);
+	if (fd < 0) {
+		rc = -errno;
+		free(buf);
+		return rc;
+	}
+	for (;;) {
+		if (cap - n < 2) {
+			if (cap >= INFO_FILE_MAX) {
+				rc = -EFBIG;
+				break;
+			}
+			char *grown = realloc(buf, cap * 2);
+			if (!grown) {
+				rc = -ENOMEM;
+				break;
+			}
+			buf = grown;
+			cap *= 2;
+		}
+		ssize_t r = read(fd, buf + n, cap - n - 1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			rc = -errno;
+			break;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	if (rc < 0) {
+		free(buf);
+		return rc;
+	}
+	buf[n] = '\0';
+	*text = buf;
+	*len = n;
+	return 0;
+}
+
+/* Calls fn for each line of text (cut in place), skipping lines longer than
+ * INFO_LINE_MAX. */
+static void for_each_line(char *text, size_t len, void (*fn)(char *line, void *arg), void *arg)
+{
+	for (size_t pos = 0; pos < len;) {
+		char *nl = memchr(text + pos, '\n', len - pos);
+		size_t end = nl ? (size_t)(nl - text) : len;
+		text[end] = '\0';
+		if (end - pos <= INFO_LINE_MAX)
+			fn(text + pos, arg);
+		pos = end + 1;
+	}
+}
+
+static char *trim(char *s)
+{
+	while (*s == ' ' || *s == '\t')
+		s++;
+	char *e = s + strlen(s);
+	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+		*--e = '\0';
+	return s;
+}
+
+/* ---- numbers and units ------------------------------------------------------ */
+
+/* A positive decimal integer, nothing else. */
+static bool parse_positive(const char *s, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (!*s)
+		return false;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9' || __builtin_mul_overflow(v, 10, &v) ||
+		    __builtin_add_overflow(v, (uint64_t)(*s - '0'), &v))
+			return false;
+	}
+	if (v == 0)
+		return false;
+	*out = v;
+	return true;
+}
+
+/* A sample value of the exposition format: an integer, or a float that is
+ * finite and not negative (clamped to uint64). */
+static bool parse_value(const char *s, uint64_t *out)
+{
+	char *end;
+
+	if (*s >= '0' && *s <= '9') {
+		errno = 0;
+		unsigned long long v = strtoull(s, &end, 10);
+		if (!errno && *end == '\0') {
+			*out = v;
+			return true;
+		}
+	}
+	errno = 0;
+	double d = strtod(s, &end);
+	if (errno || end == s || *end != '\0' || !isfinite(d) || d < 0)
+		return false;
+	*out = d >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)d;
+	return true;
+}
+
+static const char *human_bytes(uint64_t v, char *buf, size_t size)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+
+	if (v < 1024) {
+		snprintf(buf, size, "%" PRIu64 " B", v);
+		return buf;
+	}
+	double d = (double)v / 1024;
+	size_t u = 0;
+	while (d >= 1023.95 && u + 1 < sizeof(units) / sizeof(units[0])) {
+		d /= 1024;
+		u++;
+	}
+	snprintf(buf, size, "%.1f %s", d, units[u]);
+	return buf;
+}
+
+/* 12s, 5m03s, 2h10m, 3d04h */
+static const char *human_duration(uint64_t s, char *buf, size_t size)
+{
+	if (s < 60)
+		snprintf(buf, size, "%" PRIu64 "s", s);
+	else if (s < 3600)
+		snprintf(buf, size, "%" PRIu64 "m%02" PRIu64 "s", s / 60, s % 60);
+	else if (s < 86400)
+		snprintf(buf, size, "%" PRIu64 "h%02" PRIu64 "m", s / 3600, s / 60 % 60);
+	else
+		snprintf(buf, size, "%" PRIu64 "d%02" PRIu64 "h", s / 86400, s / 3600 % 24);
+	return buf;
+}
+
+/* ---- status ------------------------------------------------------------------ */
+
+enum { G_OBJECTS, G_VERSIONS, G_BYTES_USED, G_BYTES_RESERVED, G_CAPACITY, G_UPLOADS,
+       G_PUBLISHES, G_CHECKSUM_FAILURES, G_COUNT };
+static const char *const global_names[G_COUNT] = {
+	"artfs_objects", "artfs_versions", "artfs_bytes_used", "artfs_bytes_reserved",
+	"artfs_capacity_bytes", "artfs_uploads_in_flight", "artfs_publishes_total",
+	"artfs_checksum_failures_total",
+};
+
+enum { V_OBJECTS, V_BYTES, V_IDLE, V_OPEN, V_COUNT };
+static const char *const version_names[V_COUNT] = {
+	"artfs_version_objects", "artfs_version_bytes", "artfs_version_idle_seconds",
+	"artfs_version_open_files",
+};
+
+struct opt_u64 {
+	bool have;
+	uint64_t v;
+};
+
+struct version_sample {
+	const char *version;  /* points into the metrics text */
+	int kind;
+	uint64_t value;
+};
+
+struct metrics_view {
+	struct opt_u64 global[G_COUNT];
+	struct version_sample *samples;
+	size_t nsamples, cap;
+	bool oom;
+};
+
+struct config_view {
+	const char *mountpoint, *store;  /* point into the config text */
+	struct opt_u64 capacity, ttl;
+};
+
+static void config_line(char *line, void *arg)
+{
+	struct config_view *c = arg;
+	char *eq = strchr(line, '=');
+
+	if (!eq)
+		return;
+	*eq = '\0';
+	char *key = trim(line), *value = trim(eq + 1);
+	uint64_t n;
+	if (strcmp(key, "mountpoint") == 0)
+		c->mountpoint = value;
+	else if (strcmp(key, "store") == 0)
+		c->store = value;
+	else if (strcmp(key, "capacity") == 0 && config_parse_size(value, &n) == 0)
+		c->capacity = (struct opt_u64){ true, n };
+	else if (strcmp(key, "ttl") == 0 && strcmp(value, "0") == 0)
+		c->ttl = (struct opt_u64){ true, 0 };
+	else if (strcmp(key, "ttl") == 0 && parse_positive(value, &n))
+		c->ttl = (struct opt_u64){ true, n };
+}
+
+static bool is_name_char(char c, bool first)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
+	       (!first && c >= '0' && c <= '9');
+}
+
+/* Parses the {label="value",...} set at *p in place; sets *version to the
+ * decoded value of a version label. Returns false if it is malformed. */
+static bool parse_labels(char **p, const char **version)
+{
+	char *s = *p + 1;
+
+	for (;;) {
+		while (*s == ' ' || *s == '\t')
+			s++;
+		if (*s == '}')
+			break;
+		char *lname = s;
+		if (!is_name_char(*s, true) || *s == ':')
+			return false;
+		while (is_name_char(*s, false) && *s != ':')
+			s++;
+		size_t lname_len = (size_t)(s - lname);
+		while (*s == ' ' || *s == '\t')
+			s++;
+		if (*s++ != '=')
+			return false;
+		while (*s == ' ' || *s == '\t')
+			s++;
+		if (*s++ != '"')
+			return false;
+		char *value = s, *out = s;
+		for (; *s != '"'; s++) {
+			if (*s == '\0')
+				return false;
+			if (*s == '\\') {
+				s++;
+				if (*s == 'n')
+					*out++ = '\n';
+				else if (*s == '\\' || *s == '"')
+					*out++ = *s;
+				else
+					return false;
+			} else {
+				*out++ = *s;
+			}
+		}
+		s++;
+		*out = '\0';
+		if (lname_len == 7 && memcmp(lname, "version", 7) == 0)
+			*version = value;
+		while (*s == ' ' || *s == '\t')
+			s++;
+		if (*s == ',')
+			s++;
+		else if (*s != '}')
+			return false;
+	}
+	*p = s + 1;
+	return true;
+}
+
+static void metrics_line(char *line, void *arg)
+{
+	struct metrics_view *m = arg;
+	char *p = line;
+	const char *version = NULL;
+
+	while (*p == ' ' || *p == '\t')
+		p++;
+	if (!is_name_char(*p, true))
+		return; /* comments, blank and malformed lines */
+	char *name = p;
+	while (is_name_char(*p, false))
+		p++;
+	size_t name_len = (size_t)(p - name);
+	if (*p == '{' && !parse_labels(&p, &version))
+		return;
+	if (*p != ' ' && *p != '\t')
+		return;
+	name[name_len] = '\0';
+	p = trim(p + 1);
+	char *ts = strpbrk(p, " \t");  /* an optional timestamp follows the value */
+	if (ts)
+		*ts = '\0';
+	uint64_t value;
+	if (!parse_value(p, &value))
+		return;
+
+	if (!version) {
+		for (int k = 0; k < G_COUNT; k++)
+			if (strcmp(name, global_names[k]) == 0)
+				m->global[k] = (struct opt_u64){ true, value };
+		return;
+	}
+	if (!key_version_name_valid(version))
+		return;
+	for (int k = 0; k < V_COUNT; k++) {
+		if (strcmp(name, version_names[k]) != 0)
+			continue;
+		if (m->nsamples == m->cap) {
+			size_t cap = m->cap ? m->cap * 2 : 64;
+			struct version_sample *grown = realloc(m->samples, cap * sizeof(*grown));
+			if (!grown) {
+				m->oom = true;
+				return;
+			}
+			m->samples = grown;
+			m->cap = cap;
+		}
+		m->samples[m->nsamples++] = (struct version_sample){ version, k, value };
+	}
+}
+
+static int sample_cmp(const void *a, const void *b)
+{
+	const struct version_sample *x = a, *y = b;
+	int c = strcmp(x->version, y->version);
+
+	return c ? c : x->kind - y->kind;
+}
+
+static const char *opt_text(struct opt_u64 o, char *buf, size_t size)
+{
+	if (!o.have)
+		return "?";
+	snprintf(buf, size, "%" PRIu64, o.v);
+	return buf;
+}
+
+static void print_versions(struct metrics_view *m)
+{
+	char a[32], b[32];
+	int width = 7;
+
+	if (m->nsamples)
+		qsort(m->samples, m->nsamples, sizeof(*m->samples), sample_cmp);
+	for (size_t i = 0; i < m->nsamples; i++) {
+		int len = (int)strlen(m->samples[i].version);
+		if (len > width)
+			width = len;
+	}
+	printf("\n");
+	if (m->nsamples == 0) {
+		printf("no weight versions\n");
+		return;
+	}
+	printf("%-*s  %8s  %10s  %7s  %4s\n", width, "VERSION", "OBJECTS", "BYTES", "IDLE", "OPEN");
+	for (size_t i = 0; i < m->nsamples;) {
+		const char *name = m->samples[i].version;
+		struct opt_u64 v[V_COUNT] = { { 0 } };
+		for (; i < m->nsamples && strcmp(m->samples[i].version, name) == 0; i++)
+			v[m->samples[i].kind] = (struct opt_u64){ true, m->samples[i].value };
+		char objects[24], open_files[24];
+		printf("%-*s  %8s  %10s  %7s  %4s\n", width, name,
+		       opt_text(v[V_OBJECTS], objects, sizeof(objects)),
+		       v[V_BYTES].have ? human_bytes(v[V_BYTES].v, a, sizeof(a)) : "?",
+		       v[V_IDLE].have ? human_duration(v[V_IDLE].v, b, sizeof(b)) : "?",
+		       opt_text(v[V_OPEN], open_files, sizeof(open_files)));
+	}
+}
+
+static int status_report(const struct ctl *ctl, struct config_view *c, struct metrics_view *m)
+{
+	char s1[32], s2[32], s3[32], safe[512];
+	struct opt_u64 *g = m->global;
+	struct opt_u64 capacity = g[G_CAPACITY].have ? g[G_CAPACITY] : c->capacity;
+
+	printf("mount       %s\n", printable(c->mountpoint && *c->mountpoint ? c->mountpoint
+									     : ctl->mnt,
+						 safe, sizeof(safe), 400));
+	printf("store       %s\n", c->store ? printable(c->store, safe, sizeof(safe), 400) : "?");
+	printf("objects     %s in %s versions\n", opt_text(g[G_OBJECTS], s1, sizeof(s1)),
+	       opt_text(g[G_VERSIONS], s2, sizeof(s2)));
+	printf("used        %s of %s",
+	       g[G_BYTES_USED].have ? human_bytes(g[G_BYTES_USED].v, s1, sizeof(s1)) : "?",
+	       capacity.have ? human_bytes(capacity.v, s2, sizeof(s2)) : "?");
+	if (g[G_BYTES_USED].have && capacity.have && capacity.v > 0)
+		printf(" (%.1f%%)", 100.0 * (double)g[G_BYTES_USED].v / (double)capacity.v);
+	printf("\n");
+	printf("reserved    %s by %s uploads in flight\n",
+	       g[G_BYTES_RESERVED].have ? human_bytes(g[G_BYTES_RESERVED].v, s1, sizeof(s1)) : "?",
+	       opt_text(g[G_UPLOADS], s2, sizeof(s2)));
+	printf("publishes   %s, %s checksum failures\n", opt_text(g[G_PUBLISHES], s1, sizeof(s1)),
+	       opt_text(g[G_CHECKSUM_FAILURES], s2, sizeof(s2)));
+	if (!c->ttl.have)
+		printf("ttl         ?\n");
+	else if (c->ttl.v == 0)
+		printf("ttl         never (0)\n");
+	else
+		printf("ttl         %s (%s s)\n", human_duration(c->ttl.v, s1, sizeof(s1)),
+		       opt_text(c->ttl, s3, sizeof(s3)));
+	print_versions(m);
+	if (fflush(stdout) != 0 || ferror(stdout))
+		return fail("writing to stdout: %s", strerror(errno));
+	return 0;
+}
+
+static int cmd_status(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "mount", required_argument, NULL, 'm' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char o[64];
+	int opt;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, ":m:h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'm': ctl->mnt = optarg; break;
+		case 'h': usage(stdout); return 0;
+		case ':': return bad_usage("status: %s needs a value", bad_option(argv, o, sizeof(o)));
+		default: return bad_usage("status: unknown option %s", bad_option(argv, o, sizeof(o)));
+		}
+	}
+	if (optind < argc)
+		return bad_usage("status: unexpected argument \"%s\"", argv[optind]);
+	int rc = mount_check(ctl);
+	if (rc)
+		return rc;
+
+	char *ctext = NULL, *mtext = NULL;
+	size_t clen, mlen;
+	if ((rc = info_read(ctl, ".artfs/config", &ctext, &clen)) < 0)
+		return fail("reading %s/.artfs/config: %s", ctl->mnt, strerror(-rc));
+	if ((rc = info_read(ctl, ".artfs/metrics", &mtext, &mlen)) < 0) {
+		free(ctext);
+		return fail("reading %s/.artfs/metrics: %s", ctl->mnt, strerror(-rc));
+	}
+	struct config_view c = { 0 };
+	struct metrics_view m = { 0 };
+	for_each_line(ctext, clen, config_line, &c);
+	for_each_line(mtext, mlen, metrics_line, &m);
+	if (m.oom)
+		rc = fail("reading %s/.artfs/metrics: %s", ctl->mnt, strerror(ENOMEM));
+	else
+		rc = status_report(ctl, &c, &m);
+	free(m.samples);
+	free(ctext);
+	free(mtext);
+	return rc;
+}
+
+/* ---- materialize ---------------------------------------------------------- */
+
+struct buffer {
+	char *data;
+	size_t len, cap;
+};
+
+static bool buffer_add(struct buffer *b, const char *s, size_t n)
+{
+	if (n == 0)
+		return true;
+	if (b->cap - b->len < n) {
+		size_t cap = b->cap ? b->cap : 4096;
+		while (cap - b->len < n)
+			cap *= 2;
+		char *grown = realloc(b->data, cap);
+		if (!grown)
+			return false;
+		b->data = grown;
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, s, n);
+	b->len += n;
+	return true;
+}
+
+/* Writes all of buf, across short writes and signals. Returns 0 or -errno. */
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t w = write(fd, p, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		if (w == 0)
+			return -EIO;
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+enum line_status { LINE_OK, LINE_EOF, LINE_LONG, LINE_NUL, LINE_ERROR };
+
+/* One line of stdin into buf (size bytes), without its newline. */
+static enum line_status read_line(FILE *f, char *buf, size_t size)
+{
+	size_t n = 0;
+	int ch;
+
+	while ((ch = getc(f)) != EOF && ch != '\n') {
+		if (ch == '\0')
+			return LINE_NUL;
+		if (n + 1 >= size)
+			return LINE_LONG;
+		buf[n++] = (char)ch;
+	}
+	if (ch == EOF && ferror(f))
+		return LINE_ERROR;
+	if (ch == EOF && n == 0)
+		return LINE_EOF;
+	buf[n] = '\0';
+	return LINE_OK;
+}
+
+/* Appends the block hashes of stdin, one a line, to the request. Returns 0,
+ * or the exit status after saying what was wrong. */
+static int read_hashes(struct buffer *req)
+{
+	char line[ARTFS_HASH_HEX_MAX + 64], safe[64];
+	uint8_t bytes[ARTFS_HASH_BYTES_MAX];
+	size_t lineno = 0, count = 0, len;
+
+	for (;;) {
+		enum line_status st = read_line(stdin, line, sizeof(line));
+		lineno++;
+		if (st == LINE_EOF)
+			break;
+		if (st == LINE_ERROR)
+			return fail("reading the block hashes from stdin: %s", strerror(errno));
+		if (st == LINE_LONG || st == LINE_NUL) {
+			fprintf(stderr, PROG ": stdin line %zu: %s; expected one block hash a line "
+				"(2 to 128 lowercase hex digits, even length)\n",
+				lineno, st == LINE_LONG ? "too long" : "NUL byte");
+			return EXIT_USAGE;
+		}
+		char *h = trim(line);
+		if (*h == '\0')
+			continue;
+		if (key_hash_decode(h, bytes, &len) < 0) {
+			fprintf(stderr, PROG ": stdin line %zu: \"%s\" is not a block hash "
+				"(2 to 128 lowercase hex digits, even length)\n",
+				lineno, printable(h, safe, sizeof(safe), 40));
+			return EXIT_USAGE;
+		}
+		if (!buffer_add(req, h, strlen(h)) || !buffer_add(req, "\n", 1))
+			return fail("reading the block hashes from stdin: %s", strerror(ENOMEM));
+		count++;
+	}
+	if (count == 0) {
+		fprintf(stderr, PROG ": no block hashes on stdin (one a line, in token order)\n");
+		return EXIT_USAGE;
+	}
+	return 0;
+}
+
+/* What a failed read of .materialize means (DESIGN.md §3.4). */
+static const char *materialize_error(int err)
+{
+	switch (err) {
+	case ENOENT: return "an object of the request does not exist";
+	case EIO: return "an object failed verification";
+	case EBADMSG: return "the objects do not form the request (see the daemon log)";
+	case EINVAL: return "malformed request";
+	default: return "reading the result failed";
+	}
+}
+
+/* Reads the result from offset 0 to EOF onto stdout. */
+static int materialize_copy(int fd, const char *wv)
+{
+	char *buf = malloc(COPY_CHUNK);
+	uint64_t off = 0;
+	int rc = 0;
+
+	if (!buf)
+		return fail("materialize %s: %s", wv, strerror(ENOMEM));
+	for (;;) {
+		ssize_t r = pread(fd, buf, COPY_CHUNK, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int err = errno;
+			rc = fail("materialize %s: %s (%s)%s", wv, materialize_error(err),
+				  strerror(err), off ? "; the output is incomplete" : "");
+			break;
+		}
+		if (r == 0)
+			break;
+		int w = write_all(STDOUT_FILENO, buf, (size_t)r);
+		if (w < 0) {
+			rc = fail("materialize %s: writing to stdout: %s", wv, strerror(-w));
+			break;
+		}
+		off += (uint64_t)r;
+	}
+	free(buf);
+	return rc;
+}
+
+static int cmd_materialize(struct ctl *ctl, int argc, char **argv)
+{
+	enum { OPT_TOKEN_END = 256, OPT_BLOCK_SIZE };
+	static const struct option longopts[] = {
+		{ "token-end", required_argument, NULL, OPT_TOKEN_END },
+		{ "block-size", required_argument, NULL, OPT_BLOCK_SIZE },
+		{ "mount", required_argument, NULL, 'm' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t token_end = 0, block_size = 0;
+	char o[64];
+	int opt;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, ":m:h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case OPT_TOKEN_END:
+		case OPT_BLOCK_SIZE:
+			if (!parse_positive(optarg, opt == OPT_TOKEN_END ? &token_end : &block_size))
+				return bad_usage("materialize: %s needs a positive integer, not \"%s\"",
+						 opt == OPT_TOKEN_END ? "--token-end" : "--block-size",
+						 optarg);
+			break;
+		case 'm': ctl->mnt = optarg; break;
+		case 'h': usage(stdout); return 0;
+		case ':':
+			return bad_usage("materialize: %s needs a value", bad_option(argv, o, sizeof(o)));
+		default:
+			return bad_usage("materialize: unknown option %s", bad_option(argv, o, sizeof(o)));
+		}
+	}
+	if (optind >= argc)
+		return bad_usage("materialize: which weight version?");
+	if (optind + 1 < argc)
+		return bad_usage("materialize: unexpected argument \"%s\"", argv[optind + 1]);
+	const char *wv = argv[optind];
+	if (!key_version_name_valid(wv)) {
+		char safe[160];
+		return bad_usage("materialize: \"%s\" is not a weight version name",
+				 printable(wv, safe, sizeof(safe), 140));
+	}
+	if (isatty(STDOUT_FILENO))
+		return fail("materialize %s: stdout is a terminal; redirect the .npy to a file or "
+			    "a pipe", wv);
+	int rc = mount_check(ctl);
+	if (rc)
+		return rc;
+
+	struct buffer req = { 0 };
+	char head[64];
+	int n = 0;
+	if (token_end)
+		n += snprintf(head + n, sizeof(head) - (size_t)n, "token_end %" PRIu64 "\n", token_end);
+	if (block_size)
+		n += snprintf(head + n, sizeof(head) - (size_t)n, "block_size %" PRIu64 "\n",
+			      block_size);
+	if (!buffer_add(&req, head, (size_t)n)) {
+		free(req.data);
+		return fail("materialize %s: %s", wv, strerror(ENOMEM));
+	}
+	if ((rc = read_hashes(&req)) != 0) {
+		free(req.data);
+		return rc;
+	}
+
+	char rel[ARTFS_VERSION_NAME_MAX + 16];
+	snprintf(rel, sizeof(rel), "%s/.materialize", wv);
+	char *path = path_in(ctl->mnt, rel);
+	if (!path) {
+		free(req.data);
+		return fail("materialize %s: %s", wv, strerror(ENOMEM));
+	}
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		int err = errno;
+		struct stat st;
+		if (err == ENOENT && stat(ctl->mnt, &st) == 0)
+			rc = fail("materialize %s: no weight version \"%s\" in %s (%s)", wv, wv,
+				  ctl->mnt, strerror(err));
+		else
+			rc = fail("materialize %s: opening %s: %s", wv, path, strerror(err));
+		free(path);
+		free(req.data);
+		return rc;
+	}
+	int w = write_all(fd, req.data, req.len);
+	free(req.data);
+	if (w < 0)
+		rc = fail("materialize %s: writing the request to %s: %s%s", wv, path, strerror(-w),
+			  w == -EFBIG ? " (more than the daemon accepts in one request)" : "");
+	else
+		rc = materialize_copy(fd, wv);
+	close(fd);
+	free(path);
+	return rc;
+}
+
+/* ---- dispatch ------------------------------------------------------------------ */
+
+/* One entry and one function per command. load and unload (DESIGN.md §4.1)
+ * will join them, writing their commands to .artfs/control. */
+static const struct command commands[] = {
+	{ "status", "",
+	  "the mount, its store and capacity, and one line per weight version",
+	  cmd_status },
+	{ "materialize", "<wv> [--token-end N] [--block-size N] < hashes > out.npy",
+	  "one request's R3 array as .npy, from its block hashes on stdin (one a line)",
+	  cmd_materialize },
+};
+
+static const struct command *commands_list(size_t *n)
+{
+	*n = sizeof(commands) / sizeof(commands[0]);
+	return commands;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "mount", required_argument, NULL, 'm' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *env = getenv("ARTFS_MOUNT");
+	struct ctl ctl = { .mnt = env && *env ? env : CONFIG_DEFAULT_MOUNTPOINT };
+	char o[64];
+	int opt;
+
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, "+:m:h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'm': ctl.mnt = optarg; break;
+		case 'h': usage(stdout); return 0;
+		case ':': return bad_usage("%s needs a value", bad_option(argv, o, sizeof(o)));
+		default: return bad_usage("unknown option %s", bad_option(argv, o, sizeof(o)));
+		}
+	}
+	if (optind >= argc)
+		return bad_usage("no command given");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(argv[optind], commands[i].name) == 0)
+			return commands[i].run(&ctl, argc - optind, argv + optind);
+	char safe[64];
+	return bad_usage("unknown command \"%s\"", printable(argv[optind], safe, sizeof(safe), 40));
+}

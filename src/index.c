@@ -223,6 +223,26 @@ void index_version_remove(struct index *idx, struct version *v)
 	}
 }
 
+void index_version_detach(struct index *idx, struct version *v)
+{
+	struct object_table *t = &v->objects;
+
+	node_ref(&v->node); /* freeing objects may drop the last other reference */
+	for (size_t i = 0; i < t->nbuckets; i++) {
+		struct object *o = t->buckets[i], *next;
+		t->buckets[i] = NULL;
+		for (; o; o = next) {
+			next = o->next;
+			o->next = NULL;
+			o->state = OBJECT_REMOVED;
+			node_unref(&o->node, 1);
+		}
+	}
+	t->count = 0;
+	index_version_remove(idx, v);
+	node_unref(&v->node, 1);
+}
+
 void index_each_version(struct index *idx, void (*fn)(void *ctx, struct version *v), void *ctx)
 {
 	struct version_table *t = &idx->versions;

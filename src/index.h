@@ -48,6 +48,7 @@ struct version {
 	struct version *next;     /* hash chain */
 	int dirfd;                /* <store>/v/<wv> */
 	bool removed;
+	bool weights;             /* weights of this version are loaded */
 	struct object_table objects;
 	struct object_table pending; /* objects being published (not referenced) */
 	uint64_t bytes;           /* committed bytes in this version */
@@ -99,6 +100,8 @@ struct object *object_new(struct version *ver, const uint8_t *hash, size_t hash_
 struct version *index_version_find(struct index *idx, const char *name);
 int index_version_insert(struct index *idx, struct version *v);  /* takes a reference */
 void index_version_remove(struct index *idx, struct version *v); /* drops it */
+/* Removes v and all its objects from the index at once (collection). */
+void index_version_detach(struct index *idx, struct version *v);
 /* Calls fn for every indexed version (tree lock held by the caller). */
 void index_each_version(struct index *idx, void (*fn)(void *ctx, struct version *v), void *ctx);
 

@@ -434,6 +434,7 @@ void materialize_release(struct tree *t, struct handle *h)
 	pthread_mutex_lock(&t->lock);
 	m->ver->open_files--;
 	pthread_mutex_unlock(&t->lock);
+	tree_touch(m->ver); /* idle time counts from the last close */
 	node_unref(&m->ver->node, 1);
 	pthread_mutex_destroy(&m->mu);
 	free(m->text);

@@ -80,8 +80,14 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
 	metric(f, "artfs_unlinks_total", "counter", "Objects removed by unlink.", get(&m->unlinks));
 	metric(f, "artfs_versions_created_total", "counter", "Version directories created.",
 	       get(&m->versions_created));
-	metric(f, "artfs_versions_removed_total", "counter", "Version directories removed.",
+	metric(f, "artfs_versions_removed_total", "counter", "Version directories removed by rmdir.",
 	       get(&m->versions_removed));
+	metric(f, "artfs_versions_collected_total", "counter",
+	       "Version directories collected after ttl= seconds idle.", get(&m->versions_collected));
+	metric(f, "artfs_objects_collected_total", "counter", "Objects removed by collection.",
+	       get(&m->objects_collected));
+	metric(f, "artfs_bytes_collected_total", "counter", "Bytes freed by collection.",
+	       get(&m->bytes_collected));
 	if (fclose(f) != 0) {
 		free(text);
 		return NULL;

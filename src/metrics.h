@@ -24,7 +24,10 @@ struct metrics {
 	counter_t checksum_failures;    /* stored objects that failed verification */
 	counter_t unlinks;              /* objects removed by unlink */
 	counter_t versions_created;
-	counter_t versions_removed;
+	counter_t versions_removed;     /* by rmdir */
+	counter_t versions_collected;   /* expired (ttl=) */
+	counter_t objects_collected;
+	counter_t bytes_collected;
 };
 
 struct metrics_version {

@@ -245,6 +245,7 @@ void object_release(struct tree *t, struct handle *h)
 	pthread_mutex_lock(&t->lock);
 	rd->obj->ver->open_files--;
 	pthread_mutex_unlock(&t->lock);
+	tree_touch(rd->obj->ver); /* idle time counts from the last close */
 	close(rd->fd);
 	free(rd->buf);
 	node_unref(&rd->obj->node, 1);

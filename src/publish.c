@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "expiry.h"
 #include "key.h"
 #include "log.h"
 #include "npy.h"
@@ -114,20 +115,23 @@ int publish_begin(struct tree *t, struct object *obj, struct handle **h)
 }
 
 /* Room for this object under capacity=; a key that already exists needs
- * none unless it vanishes before commit. */
+ * none unless it vanishes before commit. A full store first collects the
+ * versions that have expired. */
 static int reserve(struct tree *t, struct upload *u)
 {
-	int rc = 0;
-
-	pthread_mutex_lock(&t->lock);
-	if (t->bytes_used + t->bytes_reserved + u->total > t->cfg->capacity)
-		rc = -ENOSPC;
-	else {
-		t->bytes_reserved += u->total;
-		u->reserved = true;
+	for (int attempt = 0;; attempt++) {
+		pthread_mutex_lock(&t->lock);
+		bool fits = t->bytes_used + t->bytes_reserved + u->total <= t->cfg->capacity;
+		if (fits) {
+			t->bytes_reserved += u->total;
+			u->reserved = true;
+		}
+		pthread_mutex_unlock(&t->lock);
+		if (fits)
+			return 0;
+		if (attempt || expiry_collect(t) == 0)
+			return -ENOSPC;
 	}
-	pthread_mutex_unlock(&t->lock);
-	return rc;
 }
 
 static bool key_committed(struct tree *t, struct upload *u)
@@ -452,6 +456,7 @@ void publish_release(struct tree *t, struct handle *h)
 	u->ver->open_files--;
 	t->uploads--;
 	pthread_mutex_unlock(&t->lock);
+	tree_touch(u->ver);
 	node_unref(&u->obj->node, 1);
 	pthread_mutex_destroy(&u->mu);
 	free(u);

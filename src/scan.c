@@ -99,6 +99,7 @@ int scan_store(struct tree *t, char *err, size_t errlen)
 	struct timespec a, b;
 
 	clock_gettime(CLOCK_MONOTONIC, &a);
+	store_trash_empty(&t->store, NULL); /* collections a crash interrupted */
 	pthread_mutex_lock(&t->lock);
 	int rc = store_list(t->store.versions_fd, scan_version, &s);
 	t->objects = s.objects;

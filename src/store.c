@@ -56,7 +56,7 @@ int store_open(struct store *s, const char *path, char *err, size_t errlen)
 	int rc;
 
 	memset(s, 0, sizeof(*s));
-	s->root_fd = s->versions_fd = s->lock_fd = -1;
+	s->root_fd = s->versions_fd = s->trash_fd = s->lock_fd = -1;
 	s->path = strdup(path);
 	if (!s->path)
 		return -ENOMEM;
@@ -106,6 +106,17 @@ int store_open(struct store *s, const char *path, char *err, size_t errlen)
 		snprintf(err, errlen, "store %s: v/: %s", path, strerror(errno));
 		goto fail;
 	}
+	if (mkdirat(s->root_fd, "trash", 0700) < 0 && errno != EEXIST) {
+		rc = -errno;
+		snprintf(err, errlen, "store %s: cannot create trash/: %s", path, strerror(errno));
+		goto fail;
+	}
+	s->trash_fd = openat(s->root_fd, "trash", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (s->trash_fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "store %s: trash/: %s", path, strerror(errno));
+		goto fail;
+	}
 	return 0;
 fail:
 	store_close(s);
@@ -116,13 +127,15 @@ void store_close(struct store *s)
 {
 	if (s->versions_fd >= 0)
 		close(s->versions_fd);
+	if (s->trash_fd >= 0)
+		close(s->trash_fd);
 	if (s->lock_fd >= 0)
 		close(s->lock_fd); /* releases the flock */
 	if (s->root_fd >= 0)
 		close(s->root_fd);
 	free(s->path);
 	memset(s, 0, sizeof(*s));
-	s->root_fd = s->versions_fd = s->lock_fd = -1;
+	s->root_fd = s->versions_fd = s->trash_fd = s->lock_fd = -1;
 }
 
 int store_version_make(struct store *s, const char *wv)
@@ -140,6 +153,46 @@ int store_version_open(struct store *s, const char *wv)
 int store_version_remove(struct store *s, const char *wv)
 {
 	return unlinkat(s->versions_fd, wv, AT_REMOVEDIR) < 0 ? -errno : 0;
+}
+
+int store_version_trash(struct store *s, const char *wv, const char *trash_name)
+{
+	return renameat(s->versions_fd, wv, s->trash_fd, trash_name) < 0 ? -errno : 0;
+}
+
+struct unlink_ctx {
+	int dirfd;
+};
+
+static int unlink_entry(void *ctx, const char *name, unsigned char d_type)
+{
+	struct unlink_ctx *u = ctx;
+
+	(void)d_type;
+	unlinkat(u->dirfd, name, 0);
+	return 0;
+}
+
+static int empty_one(void *ctx, const char *name, unsigned char d_type)
+{
+	struct store *s = ctx;
+
+	(void)d_type;
+	store_trash_empty(s, name);
+	return 0;
+}
+
+int store_trash_empty(struct store *s, const char *trash_name)
+{
+	if (!trash_name)
+		return store_list(s->trash_fd, empty_one, s);
+	int fd = openat(s->trash_fd, trash_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return unlinkat(s->trash_fd, trash_name, 0) < 0 ? -errno : 0;
+	struct unlink_ctx u = { fd };
+	store_list(fd, unlink_entry, &u);
+	close(fd);
+	return unlinkat(s->trash_fd, trash_name, AT_REMOVEDIR) < 0 ? -errno : 0;
 }
 
 int store_tmp_open(int dirfd, struct store_tmp *tmp)

@@ -2,6 +2,7 @@
  *
  *   <store>/lock           flock'd by the running daemon, holds its pid
  *   <store>/v/<wv>/<hash>  one committed object: the envelope as published
+ *   <store>/trash/<name>   a collected version being deleted (emptied at start)
  *
  * Objects are written to an unnamed temporary file in their version
  * directory and linked into place, so a name in the store always holds a
@@ -17,6 +18,7 @@ struct store {
 	char *path;
 	int root_fd;
 	int versions_fd;
+	int trash_fd;   /* <store>/trash: versions being deleted */
 	int lock_fd;
 };
 
@@ -40,6 +42,11 @@ void store_note_pid(struct store *s);
 int store_version_make(struct store *s, const char *wv);
 int store_version_open(struct store *s, const char *wv);  /* fd or -errno */
 int store_version_remove(struct store *s, const char *wv);
+/* Moves a version directory into trash/ under trash_name, atomically: the
+ * name is free again at once, its files are deleted afterwards. */
+int store_version_trash(struct store *s, const char *wv, const char *trash_name);
+/* Deletes trash/<trash_name> and its files; with NULL, all of trash/. */
+int store_trash_empty(struct store *s, const char *trash_name);
 
 int store_tmp_open(int dirfd, struct store_tmp *tmp);
 /* Gives the temporary file its name; -EEXIST if the name is taken.

@@ -37,6 +37,12 @@ struct tree {
 	struct node info_dir;
 	struct node info_files[INFO_COUNT];
 	int64_t started;          /* CLOCK_REALTIME seconds */
+	struct expiry *expiry;    /* the janitor (src/expiry.c), NULL when not running */
+	/* Tells the kernel that parent/name is gone when the daemon itself
+	 * removed it (collection); set by the FUSE layer, called only from the
+	 * janitor thread. */
+	void (*forget_entry)(void *ctx, uint64_t parent, const char *name);
+	void *forget_ctx;
 };
 
 /* Seconds for which the kernel may cache what never changes. */

@@ -1,0 +1,233 @@
+"""Lifetime of a store (DESIGN.md §3.5, §6): expiry, capacity, restart and
+crash safety, mounting through mount(8) and fstab, clean shutdown."""
+import hashlib
+import multiprocessing
+import os
+import random
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from conftest import DAEMON, Mount, is_mounted, publish, read_result
+from envelope import encode, npy_bytes, routed_experts
+
+WV = "default"
+
+
+def wait_for(cond, timeout=10.0, step=0.05):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+def test_idle_versions_are_collected_after_ttl(make_mount):
+    m = make_mount(ttl="2")
+    for wv in ("idle", "busy", "held"):
+        os.mkdir(m.path(wv))
+        assert publish(m.path(wv, "00"), encode(wv, "00", routed_experts(16))) == 0
+    held = open(m.path("held", "00"), "rb")  # an open file keeps its version
+    stop = time.time() + 5
+    while time.time() < stop:  # "busy" is read all the time
+        assert read_result(m.path("busy", "00")) == npy_bytes(routed_experts(16))
+        time.sleep(0.3)
+    assert not os.path.exists(m.path("idle"))
+    assert sorted(os.listdir(m.mountpoint)) == [".artfs", "busy", "held"]
+    assert not os.path.exists(m.store_file("idle", ""))
+    met = m.metrics()
+    assert met["artfs_versions_collected_total"] == 1
+    assert met["artfs_objects_collected_total"] == 1
+    assert met["artfs_objects"] == 2
+    assert m.wait_log("expire idle: idle")
+    held.close()
+    # Once closed, "held" is idle from that moment and goes too.
+    assert wait_for(lambda: not os.path.exists(m.path("held")), timeout=8)
+    # The name is free again and works as new.
+    os.mkdir(m.path("idle"))
+    assert publish(m.path("idle", "00"), encode("idle", "00", routed_experts(4))) == 0
+    assert read_result(m.path("idle", "00")) == npy_bytes(routed_experts(4))
+
+
+def test_ttl_zero_never_collects(make_mount):
+    m = make_mount(ttl="0")
+    os.mkdir(m.path(WV))
+    assert publish(m.path(WV, "00"), encode(WV, "00", routed_experts(4))) == 0
+    time.sleep(2.5)
+    assert os.path.exists(m.path(WV, "00"))
+
+
+def test_full_store_collects_expired_versions_before_enospc(make_mount):
+    m = make_mount(capacity="16K", ttl="3")
+    envs = {h: encode(h[:2], h, routed_experts(16, seed=i))
+            for i, h in enumerate(["aa00", "aa01", "bb00"])}
+    os.mkdir(m.path("aa"))
+    os.mkdir(m.path("bb"))
+    assert publish(m.path("aa", "aa00"), envs["aa00"]) == 0
+    assert publish(m.path("aa", "aa01"), envs["aa01"]) == 0
+    # Not expired yet: the store is full.
+    assert publish(m.path("bb", "bb00"), envs["bb00"]) == "write:ENOSPC"
+    with open(m.path("bb", ".materialize"), "rb"):  # keeps "bb" in use meanwhile
+        time.sleep(3.5)
+    # "aa" has expired (by the janitor or by this publish): room again.
+    assert publish(m.path("bb", "bb00"), envs["bb00"]) == 0
+    assert not os.path.exists(m.path("aa"))
+    assert m.metrics()["artfs_bytes_used"] == len(envs["bb00"])
+
+
+def test_restart_drops_leftovers_and_keeps_objects(mnt):
+    os.mkdir(mnt.path(WV))
+    arr = routed_experts(16)
+    assert publish(mnt.path(WV, "00"), encode(WV, "00", arr)) == 0
+    mnt.stop()
+    # What a crash can leave: a named temporary file (file systems without
+    # O_TMPFILE) and a collection cut short in trash/.
+    open(mnt.store_file(WV, ".tmp.123.4"), "wb").write(b"partial")
+    os.makedirs(os.path.join(mnt.store, "trash", "7.1700000000"))
+    open(os.path.join(mnt.store, "trash", "7.1700000000", "ab"), "wb").write(b"x")
+    mnt.start()
+    assert os.listdir(mnt.path(WV)) == ["00"]
+    assert read_result(mnt.path(WV, "00")) == npy_bytes(arr)
+    assert not os.path.exists(mnt.store_file(WV, ".tmp.123.4"))
+    assert os.listdir(os.path.join(mnt.store, "trash")) == []
+    assert "dropped 1 temporary files" in mnt.log()
+
+
+# ---- crash safety --------------------------------------------------------------
+
+def object_for(name):
+    seed = int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)
+    return routed_experts(16, seed=seed)
+
+
+def writer(mountpoint, wv, idx, stop, done_path):
+    """Publishes new objects until told to stop; records every close() == 0."""
+    with open(done_path, "a") as done:
+        i = 0
+        while not stop.is_set():
+            name = f"{idx:02x}{i:06x}"
+            i += 1
+            r = publish(os.path.join(mountpoint, wv, name), encode(wv, name, object_for(name)))
+            if r == 0:
+                done.write(name + "\n")
+                done.flush()
+            else:
+                time.sleep(0.005)
+
+
+def test_kill_9_at_random_moments_loses_no_committed_object(tmp_path):
+    m = Mount(tmp_path).start()
+    os.mkdir(m.path(WV))
+    ctx = multiprocessing.get_context("fork")
+    stop = ctx.Event()
+    done_files = [str(tmp_path / f"done{i}") for i in range(4)]
+    writers = [ctx.Process(target=writer, args=(m.mountpoint, WV, i, stop, done_files[i]))
+               for i in range(4)]
+    for w in writers:
+        w.start()
+    rng = random.Random(7)
+    try:
+        for _ in range(6):
+            time.sleep(rng.uniform(0.2, 1.0))
+            m.kill()  # SIGKILL, then detach the dead mount
+            m.start()
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for w in writers:
+            w.join(timeout=30)
+            if w.is_alive():
+                w.kill()
+    committed = set()
+    for f in done_files:
+        with open(f) as fh:
+            committed.update(line.strip() for line in fh if line.strip())
+    assert len(committed) > 50, "the writers hardly published; the test proves nothing"
+    listed = set(os.listdir(m.path(WV)))
+    # Every publish that returned 0 is there and reads back identical.
+    assert committed <= listed, sorted(committed - listed)[:5]
+    # Every listed object is whole and valid (some publishes cut by a crash
+    # may have committed without their writer learning it).
+    for name in sorted(listed):
+        assert read_result(m.path(WV, name)) == npy_bytes(object_for(name)), name
+    assert m.metrics()["artfs_checksum_failures_total"] == 0
+    assert m.log().count("indexed ") == 7
+    m.stop()
+
+
+# ---- mounting like a file system ----------------------------------------------------
+
+def helper_env():
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(os.path.abspath(DAEMON)) + ":" + env.get("PATH", "")
+    return env
+
+
+def daemon_is_installed_build():
+    return os.path.basename(DAEMON) == "artfs"
+
+
+@pytest.mark.skipif(not daemon_is_installed_build(), reason="mount.fuse3 runs `artfs` by name")
+def test_mount_t_fuse_artfs_and_fstab(tmp_path):
+    mp, store = tmp_path / "mnt", tmp_path / "store"
+    mp.mkdir()
+    r = subprocess.run(["mount", "-t", "fuse.artfs", "artfs", str(mp), "-o",
+                        f"store={store},capacity=1G"], env=helper_env(), capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    try:
+        assert is_mounted(mp)
+        assert f"capacity = {1 << 30}" in (mp / ".artfs" / "config").read_text()
+    finally:
+        subprocess.run(["umount", str(mp)], check=True)
+    assert wait_for(lambda: not is_mounted(mp))
+    fstab = tmp_path / "fstab"
+    fstab.write_text(f"artfs {mp} fuse.artfs defaults,allow_other,store={store},ttl=77 0 0\n")
+    r = subprocess.run(["mount", "-T", str(fstab), str(mp)], env=helper_env(),
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    try:
+        assert "ttl = 77" in (mp / ".artfs" / "config").read_text()
+        assert "allow_other" in open("/proc/self/mounts").read().split(str(mp))[1].split("\n")[0]
+    finally:
+        subprocess.run(["umount", str(mp)], check=True)
+
+
+def test_mount_artfs_helper(tmp_path):
+    """contrib/mount.artfs, called the way mount(8) calls mount.<type>."""
+    helper = os.path.join(os.environ.get("ARTFS_TESTS", os.path.dirname(__file__) + "/.."),
+                          "..", "contrib", "mount.artfs")
+    mp, store = tmp_path / "mnt", tmp_path / "store"
+    mp.mkdir()
+    env = dict(os.environ, ARTFS=DAEMON)
+    r = subprocess.run(["sh", helper, "artfs", str(mp), "-n", "-o",
+                        f"defaults,nofail,_netdev,x-systemd.automount,store={store},ttl=55"],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    try:
+        assert wait_for(lambda: is_mounted(mp))
+        assert "ttl = 55" in (mp / ".artfs" / "config").read_text()
+    finally:
+        subprocess.run(["umount", str(mp)], check=True)
+    r = subprocess.run(["sh", helper, "artfs", str(mp), "-f", "-o", f"store={store}"], env=env)
+    assert r.returncode == 0 and not is_mounted(mp)  # -f: pretend
+
+
+def test_sigterm_unmounts_cleanly(tmp_path):
+    m = Mount(tmp_path).start()
+    os.mkdir(m.path(WV))
+    assert publish(m.path(WV, "00"), encode(WV, "00", routed_experts(4))) == 0
+    m.proc.send_signal(signal.SIGTERM)
+    assert m.proc.wait(timeout=10) == 0
+    assert not is_mounted(m.mountpoint)
+    m.proc = None
+    m.log_fh.close()
+    assert "unmounting" in m.log()
+    # Nothing lost: the next daemon serves it.
+    m.start()
+    assert read_result(m.path(WV, "00")) == npy_bytes(routed_experts(4))
+    m.stop()

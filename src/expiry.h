@@ -1,0 +1,18 @@
+/* Collection of idle versions (DESIGN.md §3.5, ttl=): a version with no
+ * publish or read for ttl seconds, no open file and no loaded weights is
+ * removed with its objects. A background thread (the janitor) collects on a
+ * timer, deletes what was collected from the store and tells the kernel to
+ * forget the names; a publish that finds the store full collects at once. */
+#ifndef ARTFS_EXPIRY_H
+#define ARTFS_EXPIRY_H
+
+#include "tree.h"
+
+int expiry_start(struct tree *t);
+/* Stops the janitor and finishes deleting what it had queued; no kernel
+ * notification is sent after this returns. */
+void expiry_stop(struct tree *t);
+/* Collects every expired version now; returns the bytes it freed. */
+uint64_t expiry_collect(struct tree *t);
+
+#endif
