@@ -21,6 +21,9 @@
  *              timed: cold (the daemon verifies the checksum) and warm;
  *              the bytes are checked against numpy.save's after timing
  *   stop       umount, the daemon's exit status
+ * References, in the same run: the same work in-process on the store's tmpfs
+ * (readdir + fstatat of every object; readdir of big; stat and open+read of
+ * the same samples), no FUSE and no checks.
  * Every failure path unmounts (lazily) and kills the daemon. */
 #include "autoconf.h"
 
@@ -155,6 +158,21 @@ static void *xmalloc(size_t len)
 	if (!p)
 		die("out of memory (%zu bytes)", len);
 	return p;
+}
+
+/* snprintf into a fixed buffer; a path that does not fit is fatal. */
+static void fmt_path(char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void fmt_path(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	int n = vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= len)
+		die("path too long: %s...", buf);
 }
 
 static uint64_t now_ns(void)
@@ -481,7 +499,7 @@ static void plan(struct cfg *c)
 	snprintf(c->wv[0], sizeof(c->wv[0]), "%s", BIG_WV);
 	c->count[0] = c->big;
 	for (size_t v = 1; v < c->versions; v++) {
-		snprintf(c->wv[v], sizeof(c->wv[v]), "v%03zu", v);
+		snprintf(c->wv[v], sizeof(c->wv[v]), "v%03u", (unsigned)v);
 		c->count[v] = rest / others + (v - 1 < rest % others ? 1 : 0);
 	}
 	size_t at = 0;
@@ -594,7 +612,7 @@ static bool store_complete(const struct cfg *c)
 	for (int i = 0; i < 2; i++) {
 		const struct object *o = &c->obj[probe[i]];
 		key_hex(o->hash, HASH_BYTES, hex);
-		snprintf(path, sizeof(path), "%s/v/%s/%s", c->store, c->wv[o->ver], hex);
+		fmt_path(path, sizeof(path), "%s/v/%s/%s", c->store, c->wv[o->ver], hex);
 		if (stat(path, &st) < 0)
 			return false;
 	}
@@ -707,6 +725,71 @@ static void object_path(const struct cfg *c, size_t idx, char *buf, size_t len)
 	snprintf(buf, len, "%s/%s/%s", c->mnt, c->wv[o->ver], hex);
 }
 
+struct results {
+	double start_s[16], ready_s[16], exit_s[16];
+	long rss_full_kb[16];
+	unsigned starts;
+	long rss_empty_kb, hwm_empty_kb, anon_empty_kb;
+	long rss_end_kb, hwm_end_kb;
+	double start_med_s, index_ms_med, bytes_per_obj;
+	double ls_s[LIST_RUNS], raw_ls_s[LIST_RUNS];
+	double readdir_s[LIST_RUNS], raw_readdir_s[LIST_RUNS];
+	double raw_scan_s, raw_scan_stat_s; /* the store's tmpfs, in-process */
+	struct lat stat_cold, stat_cached, read_cold, read_warm;
+	struct lat raw_stat, raw_read;      /* the same objects on tmpfs directly */
+	size_t stat_n, read_n;
+	int exit_status;
+};
+
+/* The object's file in the store, for the tmpfs references. */
+static void store_path(const struct cfg *c, size_t idx, char *buf, size_t len)
+{
+	char hex[HASH_HEX + 1];
+	const struct object *o = &c->obj[idx];
+
+	key_hex(o->hash, HASH_BYTES, hex);
+	fmt_path(buf, len, "%s/v/%s/%s", c->store, c->wv[o->ver], hex);
+}
+
+/* Reference for the start: what indexing costs the kernel alone, in-process:
+ * readdir of every version, then readdir plus fstatat of every object (the
+ * daemon's scan does both, and more). */
+static void raw_scan(const struct cfg *c, struct results *res)
+{
+	char path[PATH_MAX + 32];
+
+	for (int withstat = 0; withstat < 2; withstat++) {
+		size_t n = 0;
+		uint64_t t0 = now_ns();
+		for (size_t v = 0; v < c->versions; v++) {
+			fmt_path(path, sizeof(path), "%s/v/%s", c->store, c->wv[v]);
+			DIR *d = opendir(path);
+			struct dirent *e;
+			struct stat st;
+			if (!d)
+				die("opendir %s: %s", path, strerror(errno));
+			while ((e = readdir(d)) != NULL) {
+				if (e->d_name[0] == '.')
+					continue;
+				if (withstat && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+					die("fstatat %s/%s: %s", path, e->d_name, strerror(errno));
+				n++;
+			}
+			closedir(d);
+		}
+		double t = (double)(now_ns() - t0) / 1e9;
+		if (n != c->objects)
+			die("the store holds %zu objects, expected %zu", n, c->objects);
+		if (withstat)
+			res->raw_scan_stat_s = t;
+		else
+			res->raw_scan_s = t;
+	}
+	printf("\nreference, in-process on the store's tmpfs: readdir of all %zu objects %.3f s; "
+	       "readdir + fstatat of each %.3f s\n", c->objects, res->raw_scan_s,
+	       res->raw_scan_stat_s);
+}
+
 static double median_u64(uint64_t *v, size_t n)
 {
 	qsort(v, n, sizeof(*v), cmp_u64);
@@ -744,64 +827,69 @@ static char *shell_quote(const char *s)
 	return q;
 }
 
-struct results {
-	double start_s[16], ready_s[16], exit_s[16];
-	long rss_full_kb[16];
-	unsigned starts;
-	long rss_empty_kb, hwm_empty_kb, anon_empty_kb;
-	long rss_end_kb, hwm_end_kb;
-	double start_med_s, index_ms_med, bytes_per_obj;
-	double ls_s[LIST_RUNS], readdir_s[LIST_RUNS];
-	struct lat stat_cold, stat_cached, read_cold, read_warm;
-	size_t stat_n, read_n;
-	int exit_status;
-};
 
-static void run_listing(const struct cfg *c, struct results *res)
+/* `ls <dir> | wc -l` through the shell, timed; the count must be want. */
+static double time_ls(const char *dir, size_t want, int run)
 {
-	char dir[PATH_MAX + 32];
-	snprintf(dir, sizeof(dir), "%s/%s", c->mnt, BIG_WV);
 	char *q = shell_quote(dir);
 	size_t cmdlen = strlen(q) + 32;
 	char *cmd = xmalloc(cmdlen);
-	snprintf(cmd, cmdlen, "ls %s | wc -l", q);
+	char out[64] = "";
 
-	printf("\nlisting %s (%zu objects)\n", dir, c->big);
-	for (int r = 0; r < LIST_RUNS; r++) {
-		char out[64] = "";
-		fflush(stdout);
-		uint64_t t0 = now_ns();
-		FILE *p = popen(cmd, "r");
-		if (!p)
-			die("popen %s: %s", cmd, strerror(errno));
-		bool got = fgets(out, sizeof(out), p) != NULL;
-		int st = pclose(p);
-		uint64_t t = now_ns() - t0;
-		if (!got || st != 0)
-			die("`%s` failed (status %d)", cmd, st);
-		unsigned long long n = strtoull(out, NULL, 10);
-		if (n != c->big)
-			die("`%s` counted %llu, expected %zu", cmd, n, c->big);
-		res->ls_s[r] = (double)t / 1e9;
-		printf("  run %d: `%s` = %llu in %.3f s\n", r + 1, cmd, n, res->ls_s[r]);
-	}
-	for (int r = 0; r < LIST_RUNS; r++) {
-		uint64_t t0 = now_ns();
-		long n = count_dir(dir);
-		uint64_t t = now_ns() - t0;
-		if (n != (long)c->big)
-			die("readdir %s: %ld entries, expected %zu", dir, n, c->big);
-		res->readdir_s[r] = (double)t / 1e9;
-		printf("  run %d: opendir/readdir loop = %ld in %.3f s\n", r + 1, n,
-		       res->readdir_s[r]);
-	}
+	snprintf(cmd, cmdlen, "ls %s | wc -l", q);
+	fflush(stdout);
+	uint64_t t0 = now_ns();
+	FILE *p = popen(cmd, "r");
+	if (!p)
+		die("popen %s: %s", cmd, strerror(errno));
+	bool got = fgets(out, sizeof(out), p) != NULL;
+	int st = pclose(p);
+	uint64_t t = now_ns() - t0;
+	if (!got || st != 0)
+		die("`%s` failed (status %d)", cmd, st);
+	unsigned long long n = strtoull(out, NULL, 10);
+	if (n != want)
+		die("`%s` counted %llu, expected %zu", cmd, n, want);
+	printf("  run %d: `%s` = %llu in %.3f s\n", run, cmd, n, (double)t / 1e9);
 	free(cmd);
 	free(q);
+	return (double)t / 1e9;
+}
+
+/* An opendir/readdir loop, timed; the count must be want. */
+static double time_readdir(const char *dir, size_t want, int run, const char *what)
+{
+	uint64_t t0 = now_ns();
+	long n = count_dir(dir);
+	uint64_t t = now_ns() - t0;
+
+	if (n != (long)want)
+		die("readdir %s: %ld entries, expected %zu", dir, n, want);
+	printf("  run %d: %s %s = %ld in %.3f s\n", run, what, dir, n, (double)t / 1e9);
+	return (double)t / 1e9;
+}
+
+static void run_listing(const struct cfg *c, struct results *res)
+{
+	char dir[PATH_MAX + 32], raw[PATH_MAX + 32];
+
+	fmt_path(dir, sizeof(dir), "%s/%s", c->mnt, BIG_WV);
+	fmt_path(raw, sizeof(raw), "%s/v/%s", c->store, BIG_WV);
+	printf("\nlisting %s (%zu objects); reference: the same on the store's tmpfs\n", dir,
+	       c->big);
+	for (int r = 0; r < LIST_RUNS; r++)
+		res->ls_s[r] = time_ls(dir, c->big, r + 1);
+	for (int r = 0; r < LIST_RUNS; r++)
+		res->raw_ls_s[r] = time_ls(raw, c->big, r + 1);
+	for (int r = 0; r < LIST_RUNS; r++)
+		res->readdir_s[r] = time_readdir(dir, c->big, r + 1, "opendir/readdir loop");
+	for (int r = 0; r < LIST_RUNS; r++)
+		res->raw_readdir_s[r] = time_readdir(raw, c->big, r + 1, "opendir/readdir loop");
 }
 
 static void print_lat(const char *what, const struct lat *l, size_t n)
 {
-	printf("  %-22s n=%-6zu p50 %8.1f  p90 %8.1f  p99 %8.1f  max %9.1f  mean %8.1f us\n",
+	printf("  %-26s n=%-6zu p50 %8.1f  p90 %8.1f  p99 %8.1f  max %9.1f  mean %8.1f us\n",
 	       what, n, l->p50, l->p90, l->p99, l->max, l->mean);
 }
 
@@ -838,6 +926,18 @@ static void run_stats(const struct cfg *c, const size_t *sample, size_t n, struc
 			res->stat_cached = l;
 		print_lat(pass == 0 ? "cold (first lookup)" : "cached (second stat)", &l, n);
 	}
+	/* Reference: the same files on the store's tmpfs, no FUSE. */
+	for (size_t i = 0; i < n; i++) {
+		store_path(c, sample[i], path, sizeof(path));
+		uint64_t t0 = now_ns();
+		int rc = stat(path, &st);
+		uint64_t t = now_ns() - t0;
+		if (rc < 0)
+			die("stat %s: %s", path, strerror(errno));
+		ns[i] = t;
+	}
+	res->raw_stat = summarize(ns, n);
+	print_lat("reference: tmpfs", &res->raw_stat, n);
 	res->stat_n = n;
 	free(ns);
 }
@@ -907,6 +1007,31 @@ static void run_reads(const struct cfg *c, const size_t *sample, size_t n, struc
 			res->read_warm = l;
 		print_lat(pass == 0 ? "cold (verifies sha256)" : "warm (page cache)", &l, n);
 	}
+	/* Reference: the envelope files on the store's tmpfs, no FUSE, no checks. */
+	for (size_t i = 0; i < n; i++) {
+		uint8_t *buf = slots + i * slot;
+		size_t off = 0;
+		store_path(c, sample[i], path, sizeof(path));
+		uint64_t t0 = now_ns();
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			die("open %s: %s", path, strerror(errno));
+		for (;;) {
+			ssize_t r = read(fd, buf + off, slot - off);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r < 0)
+				die("read %s: %s", path, strerror(errno));
+			if (r == 0 || (off += (size_t)r) == slot)
+				break;
+		}
+		close(fd);
+		ns[i] = now_ns() - t0;
+		if (off <= PAYLOAD_LEN)
+			die("%s: %zu bytes", path, off);
+	}
+	res->raw_read = summarize(ns, n);
+	print_lat("reference: tmpfs envelope", &res->raw_read, n);
 	res->read_n = n;
 	free(ns);
 	free(got);
@@ -915,35 +1040,47 @@ static void run_reads(const struct cfg *c, const size_t *sample, size_t n, struc
 
 static void summary(const struct cfg *c, const struct results *r)
 {
-	char buf[128];
-	double ls_med[LIST_RUNS], rd_med[LIST_RUNS];
+	char m[64], ref[64];
+	double ls_med[LIST_RUNS], rd_med[LIST_RUNS], raw_rd_med[LIST_RUNS], raw_ls_med[LIST_RUNS];
 
 	memcpy(ls_med, r->ls_s, sizeof(ls_med));
 	memcpy(rd_med, r->readdir_s, sizeof(rd_med));
+	memcpy(raw_rd_med, r->raw_readdir_s, sizeof(raw_rd_med));
+	memcpy(raw_ls_med, r->raw_ls_s, sizeof(raw_ls_med));
 	printf("\nsummary: %zu objects in %zu versions (big: %zu), daemon %s, %u start%s\n",
 	       c->objects, c->versions, c->big, c->daemon, r->starts, r->starts == 1 ? "" : "s");
-	printf("%-44s %-26s %s\n", "measure", "measured", "goal");
-#define ROW(name, goal, ...)                                                                 \
-	do {                                                                                 \
-		snprintf(buf, sizeof(buf), __VA_ARGS__);                                     \
-		printf("%-44s %-26s %s\n", name, buf, goal);                                 \
+	printf("(reference: the same work in-process on the store's tmpfs, no FUSE, no checks)\n");
+	printf("%-40s %-20s %-26s %s\n", "measure", "measured", "reference", "goal");
+#define ROW(name, goal, reftext, ...)                                                      \
+	do {                                                                               \
+		snprintf(m, sizeof(m), __VA_ARGS__);                                       \
+		printf("%-40s %-20s %-26s %s\n", name, m, reftext, goal);                  \
 	} while (0)
-	ROW("start: fork -> mount listed (median)", "<= 2 s", "%.3f s", r->start_med_s);
-	ROW("start: daemon's own index time (median)", "-", "%.0f ms", r->index_ms_med);
-	ROW("daemon memory per object", "<= 256 B", "%.1f B", r->bytes_per_obj);
-	ROW("  VmRSS empty store / full store", "-", "%.1f / %.1f MiB",
+	snprintf(ref, sizeof(ref), "%.3f s readdir+fstatat", r->raw_scan_stat_s);
+	ROW("start: fork -> mount listed (median)", "<= 2 s", ref, "%.3f s", r->start_med_s);
+	ROW("start: daemon's own index time (median)", "-", "", "%.0f ms", r->index_ms_med);
+	ROW("daemon memory per object", "<= 256 B", "", "%.1f B", r->bytes_per_obj);
+	ROW("  VmRSS empty / full store", "-", "", "%.1f / %.1f MiB",
 	    (double)r->rss_empty_kb / 1024, (double)r->rss_full_kb[r->starts - 1] / 1024);
-	ROW("stat p99, cold (first lookup)", "<= 50 us", "%.1f us", r->stat_cold.p99);
-	ROW("stat p99, cached", "<= 50 us", "%.1f us", r->stat_cached.p99);
-	ROW("stat p50, cold / cached", "-", "%.1f / %.1f us", r->stat_cold.p50,
+	snprintf(ref, sizeof(ref), "%.1f us", r->raw_stat.p99);
+	ROW("stat p99, cold (first lookup)", "<= 50 us", ref, "%.1f us", r->stat_cold.p99);
+	ROW("stat p99, cached", "<= 50 us", ref, "%.1f us", r->stat_cached.p99);
+	snprintf(ref, sizeof(ref), "%.1f us", r->raw_stat.p50);
+	ROW("stat p50, cold / cached", "-", ref, "%.1f / %.1f us", r->stat_cold.p50,
 	    r->stat_cached.p50);
-	ROW("ls big | wc -l (median of 3)", "-", "%.3f s", median_d(ls_med, LIST_RUNS));
-	ROW("readdir loop over big (median of 3)", "-", "%.3f s", median_d(rd_med, LIST_RUNS));
-	ROW("open+read+close p50 / p99, cold", "-", "%.1f / %.1f us", r->read_cold.p50,
-	    r->read_cold.p99);
-	ROW("open+read+close p50 / p99, warm", "-", "%.1f / %.1f us", r->read_warm.p50,
-	    r->read_warm.p99);
-	ROW("daemon exit status after umount", "0", "%d", r->exit_status);
+	snprintf(ref, sizeof(ref), "%.3f s", median_d(raw_ls_med, LIST_RUNS));
+	ROW("ls big | wc -l (median of 3)", "-", ref, "%.3f s", median_d(ls_med, LIST_RUNS));
+	snprintf(ref, sizeof(ref), "%.3f s", median_d(raw_rd_med, LIST_RUNS));
+	ROW("readdir loop over big (median of 3)", "-", ref, "%.3f s",
+	    median_d(rd_med, LIST_RUNS));
+	if (r->read_n) {
+		snprintf(ref, sizeof(ref), "%.1f / %.1f us", r->raw_read.p50, r->raw_read.p99);
+		ROW("open+read+close p50 / p99, cold", "-", ref, "%.1f / %.1f us",
+		    r->read_cold.p50, r->read_cold.p99);
+		ROW("open+read+close p50 / p99, warm", "-", ref, "%.1f / %.1f us",
+		    r->read_warm.p50, r->read_warm.p99);
+	}
+	ROW("daemon exit status after umount", "0", "", "%d", r->exit_status);
 #undef ROW
 }
 
@@ -1068,12 +1205,13 @@ int main(int argc, char **argv)
 	       c.versions, c.big, c.workdir);
 	plan(&c);
 	prepare_store(&c);
+	raw_scan(&c, &res);
 
 	/* b) the baseline: an empty store. */
 	struct daemon_run d;
 	uint64_t exit_ns;
 	remove_tree(c.empty);
-	snprintf(path, sizeof(path), "%s/daemon-empty.log", c.workdir);
+	fmt_path(path, sizeof(path), "%s/daemon-empty.log", c.workdir);
 	daemon_start(&c, c.empty, path, &d);
 	res.rss_empty_kb = d.rss_kb;
 	res.hwm_empty_kb = d.hwm_kb;
@@ -1085,7 +1223,7 @@ int main(int argc, char **argv)
 		die("the daemon on the empty store exited with status %d (log: %s)", st, path);
 
 	/* c) starts on the full store; the last one stays up for the rest. */
-	snprintf(path, sizeof(path), "%s/daemon-full.log", c.workdir);
+	fmt_path(path, sizeof(path), "%s/daemon-full.log", c.workdir);
 	printf("\nfull store: %u start%s (fork -> mount listed in /proc/self/mounts)\n", c.starts,
 	       c.starts == 1 ? "" : "s");
 	double idx_ms[16];
@@ -1174,9 +1312,9 @@ int main(int argc, char **argv)
 		remove_tree(c.store);
 		remove_tree(c.empty);
 		unlink(c.marker);
-		snprintf(path, sizeof(path), "%s/daemon-empty.log", c.workdir);
+		fmt_path(path, sizeof(path), "%s/daemon-empty.log", c.workdir);
 		unlink(path);
-		snprintf(path, sizeof(path), "%s/daemon-full.log", c.workdir);
+		fmt_path(path, sizeof(path), "%s/daemon-full.log", c.workdir);
 		unlink(path);
 		rmdir(c.mnt);
 		rmdir(c.workdir);

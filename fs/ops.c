@@ -350,6 +350,33 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	op_refuse(req);
 }
 
+static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		     struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
+		     size_t out_bufsz)
+{
+	struct artfs_attach out;
+
+	if (flags & FUSE_IOCTL_COMPAT) {
+		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	int rc = tree_ioctl(tree_of(req), handle_of(fi), cmd, in_buf, in_bufsz, &out,
+			    out_bufsz < sizeof(out) ? out_bufsz : sizeof(out));
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_ioctl(req, 0, &out, sizeof(out));
+}
+
+static void op_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+		    struct fuse_pollhandle *ph)
+{
+	/* Nothing is ever signalled: a waiter wakes when the connection ends. */
+	if (ph)
+		fuse_pollhandle_destroy(ph);
+	fuse_reply_poll(req, tree_poll(tree_of(req), handle_of(fi)));
+}
+
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	/* open(O_TRUNC) of a committed object must not shrink what readers
@@ -394,4 +421,6 @@ const struct fuse_lowlevel_ops artfs_ll_ops = {
 	.listxattr = op_listxattr,
 	.removexattr = op_removexattr,
 	.create = op_create,
+	.ioctl = op_ioctl,
+	.poll = op_poll,
 };

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "fs/ops.h"
 #include "log.h"
 #include "tree.h"
+#include "weights.h"
 
 struct cmdline {
 	struct artfs_config *cfg;
@@ -100,6 +102,7 @@ static int serve(struct tree *t, struct fuse_args *args, struct fuse_cmdline_opt
 	t->forget_ctx = se;
 	if (expiry_start(t) < 0)
 		log_err("cannot start the collection thread; ttl= is not enforced");
+	weights_preload(t);
 	log_info("mounted %s (store %s, %llu objects, capacity %llu bytes)", opts->mountpoint,
 		 t->cfg->store, (unsigned long long)t->objects, (unsigned long long)t->cfg->capacity);
 	if (opts->singlethread) {
@@ -139,6 +142,11 @@ int main(int argc, char *argv[])
 	char err[512];
 	int rc = 1;
 
+	/* Keep freed buffers in the heap: objects and materialized requests come
+	 * and go by the megabyte, and handing them back to the kernel costs a
+	 * page fault per page on the next request. */
+	mallopt(M_MMAP_THRESHOLD, 256 << 20);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 	config_init(&cfg);
 	if (fuse_opt_parse(&args, &c, NULL, opt_proc) != 0 || c.failed)
 		goto out;

@@ -14,7 +14,8 @@
  * name the kernel still has cached. */
 struct doomed {
 	struct doomed *next;
-	char trash[64];
+	uint64_t parent;       /* node id of the directory holding name */
+	char trash[64];        /* "" when there is nothing to delete */
 	char name[ARTFS_VERSION_NAME_MAX + 1];
 };
 
@@ -72,6 +73,7 @@ uint64_t expiry_collect(struct tree *t)
 		snprintf(d->trash, sizeof(d->trash), "%" PRIu64 ".%" PRId64, e->seq++, (int64_t)c.now);
 		pthread_mutex_unlock(&e->mu);
 		snprintf(d->name, sizeof(d->name), "%s", v->name);
+		d->parent = 1;
 		int rc = store_version_trash(&t->store, v->name, d->trash);
 		if (rc < 0) {
 			log_err("expire %s: cannot move it out of the store: %s", v->name, strerror(-rc));
@@ -100,17 +102,33 @@ uint64_t expiry_collect(struct tree *t)
 	return freed;
 }
 
+void expiry_forget(struct tree *t, uint64_t parent, const char *name)
+{
+	struct expiry *e = expiry_of(t);
+	struct doomed *d = e ? calloc(1, sizeof(*d)) : NULL;
+
+	if (!d)
+		return; /* no janitor (tests, shutdown): no kernel to tell */
+	d->parent = parent;
+	snprintf(d->name, sizeof(d->name), "%s", name);
+	pthread_mutex_lock(&e->mu);
+	d->next = e->queue;
+	e->queue = d;
+	pthread_cond_signal(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+}
+
 /* Deletes the files and has the kernel drop the cached names. */
 static void bury(struct tree *t, struct doomed *d, bool notify)
 {
 	while (d) {
 		struct doomed *next = d->next;
-		int rc = store_trash_empty(&t->store, d->trash);
+		int rc = d->trash[0] ? store_trash_empty(&t->store, d->trash) : 0;
 		if (rc < 0)
 			log_warn("expire %s: deleting trash/%s: %s (retried at next start)", d->name,
 				 d->trash, strerror(-rc));
 		if (notify && t->forget_entry)
-			t->forget_entry(t->forget_ctx, 1, d->name);
+			t->forget_entry(t->forget_ctx, d->parent, d->name);
 		free(d);
 		d = next;
 	}

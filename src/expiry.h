@@ -12,6 +12,9 @@ int expiry_start(struct tree *t);
 /* Stops the janitor and finishes deleting what it had queued; no kernel
  * notification is sent after this returns. */
 void expiry_stop(struct tree *t);
+/* Has the janitor tell the kernel to forget parent/name (the daemon removed
+ * it by itself: unloaded weights). */
+void expiry_forget(struct tree *t, uint64_t parent, const char *name);
 /* Collects every expired version now; returns the bytes it freed. */
 uint64_t expiry_collect(struct tree *t);
 

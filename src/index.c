@@ -10,6 +10,7 @@
 
 #include "index.h"
 #include "key.h"
+#include "weights.h"
 
 /* Names come from clients, so the table hash is seeded per daemon. */
 static uint64_t mix(uint64_t h)
@@ -68,13 +69,11 @@ static void registry_del(struct node *n)
 	pthread_mutex_unlock(&registry_lock);
 }
 
-/* A version's .materialize node lives inside the version: references to it
- * are references to the version. */
+/* A node that is part of another (a version's .materialize, the files of
+ * loaded weights) shares its owner's count. */
 static struct node *counted(struct node *n)
 {
-	if (n->type == NODE_MATERIALIZE)
-		return &((struct version *)((char *)n - offsetof(struct version, materialize)))->node;
-	return n;
+	return n->owner ? n->owner : n;
 }
 
 void node_ref(struct node *n)
@@ -115,6 +114,9 @@ void node_unref(struct node *n, uint64_t count)
 	case NODE_OBJECT:
 		object_free((struct object *)n);
 		break;
+	case NODE_WEIGHTS:
+		weights_free((struct weights *)n);
+		break;
 	default:
 		break; /* static nodes are never freed */
 	}
@@ -130,6 +132,7 @@ struct version *version_new(const char *name, int dirfd, int64_t created)
 	v->node.type = NODE_VERSION;
 	atomic_init(&v->node.refs, 1);
 	v->materialize.type = NODE_MATERIALIZE;
+	v->materialize.owner = &v->node;
 	v->dirfd = dirfd;
 	v->created = created;
 	atomic_init(&v->last_active, created);

@@ -25,12 +25,19 @@ enum node_type {
 	NODE_VERSION,      /* <wv> */
 	NODE_OBJECT,       /* <wv>/<hash>, committed or being published */
 	NODE_MATERIALIZE,  /* <wv>/.materialize */
+	NODE_WEIGHTS,      /* loaded weights (owner of the three below, never seen by the kernel) */
+	NODE_WEIGHTS_DIR,  /* <wv>/weights */
+	NODE_WEIGHTS_FILE, /* <wv>/weights/manifest.json, status */
+	NODE_WEIGHTS_RANK, /* <wv>/weights/rank<k> */
 };
+
+struct weights;
 
 struct node {
 	_Atomic uint64_t refs;
 	uint8_t type;
-	uint8_t sub;       /* NODE_INFO_FILE: which file */
+	uint8_t sub;       /* NODE_INFO_FILE, NODE_WEIGHTS_*: which one */
+	struct node *owner; /* set: a part of owner, whose count it shares */
 	struct node *prev, *next; /* registry of allocated nodes, for shutdown */
 };
 
@@ -48,7 +55,7 @@ struct version {
 	struct version *next;     /* hash chain */
 	int dirfd;                /* <store>/v/<wv> */
 	bool removed;
-	bool weights;             /* weights of this version are loaded */
+	struct weights *weights;  /* loaded weights, or NULL (tree lock) */
 	struct object_table objects;
 	struct object_table pending; /* objects being published (not referenced) */
 	uint64_t bytes;           /* committed bytes in this version */

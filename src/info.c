@@ -16,6 +16,7 @@ struct text_handle {
 static const char *const names[INFO_COUNT] = {
 	[INFO_METRICS] = "metrics",
 	[INFO_CONFIG] = "config",
+	[INFO_CONTROL] = "control",
 };
 
 const char *info_file_name(enum info_file f)
@@ -68,24 +69,31 @@ static char *render_metrics(struct tree *t)
 	return text;
 }
 
-int info_open(struct tree *t, enum info_file f, struct handle **h, struct tree_open_reply *r)
+int text_handle_open(char *text, struct handle **h, struct tree_open_reply *r)
 {
 	struct text_handle *th = calloc(1, sizeof(*th));
 
-	if (!th)
-		return -ENOMEM;
-	handle_init(&th->h, HANDLE_TEXT);
-	th->text = f == INFO_METRICS ? render_metrics(t) : config_render(t->cfg);
-	if (!th->text) {
-		free(th);
+	if (!th) {
+		free(text);
 		return -ENOMEM;
 	}
-	th->len = strlen(th->text);
-	/* Generated on open, so its size is unknown to stat: read like /proc. */
-	r->direct_io = true;
+	handle_init(&th->h, HANDLE_TEXT);
+	th->text = text;
+	th->len = strlen(text);
 	r->noflush = true;
 	*h = &th->h;
 	return 0;
+}
+
+int info_open(struct tree *t, enum info_file f, struct handle **h, struct tree_open_reply *r)
+{
+	char *text = f == INFO_METRICS ? render_metrics(t) : config_render(t->cfg);
+
+	if (!text)
+		return -ENOMEM;
+	/* Generated on open, so its size is unknown to stat: read like /proc. */
+	r->direct_io = true;
+	return text_handle_open(text, h, r);
 }
 
 int info_read(struct handle *h, uint64_t off, size_t size, const void **data, size_t *len)

@@ -7,6 +7,7 @@
 
 #include "info.h"
 #include "listing.h"
+#include "weights.h"
 
 struct slot {
 	uint64_t ino;
@@ -57,6 +58,11 @@ static void add(struct listing *l, const char *name, uint64_t ino, unsigned char
 	l->names_len += n;
 }
 
+static void add_named(void *ctx, const char *name, uint64_t ino, unsigned char type)
+{
+	add(ctx, name, ino, type);
+}
+
 static void add_version(void *ctx, struct version *v)
 {
 	struct listing *l = ctx;
@@ -99,9 +105,16 @@ int listing_open(struct tree *t, struct node *dir, struct handle **h)
 		pthread_mutex_lock(&t->lock);
 		if (!v->removed)
 			index_each_object(v, add_object, l);
+		if (v->weights) {
+			struct node *wd = weights_dir_node(v->weights);
+			add(l, "weights", tree_node_id(t, wd), DT_DIR);
+		}
 		pthread_mutex_unlock(&t->lock);
 		break;
 	}
+	case NODE_WEIGHTS_DIR:
+		weights_list(t, dir, add_named, l);
+		break;
 	default:
 		l->error = -ENOTDIR;
 		break;

@@ -292,11 +292,15 @@ static int run(struct tree *t, struct mat *m)
 	struct job j = { .t = t, .ver = m->ver, .req = &req, .objs = objs };
 	load_all(&j);
 	rc = 0;
-	for (size_t i = 0; i < req.count && !rc; i++)
-		if (objs[i].error) {
+	/* A store file gone since the index check is a missing object, and a
+	 * missing object outranks a corrupt one wherever it is. */
+	for (int pass = 0; pass < 2 && !rc; pass++)
+		for (size_t i = 0; i < req.count && !rc; i++) {
+			if (!objs[i].error || (pass == 0) != (objs[i].error == -ENOENT))
+				continue;
 			key_hex(req.blocks[i].hash, req.blocks[i].len, name);
-			rc = fail(m, objs[i].error == -ENOENT ? -ENOENT : -EIO,
-				  "object %zu (%s) cannot be served", i, name);
+			rc = pass == 0 ? fail(m, -ENOENT, "object %zu (%s) does not exist", i, name)
+				       : fail(m, -EIO, "object %zu (%s) cannot be served", i, name);
 		}
 	if (rc)
 		goto out_objs;

@@ -3,12 +3,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "control.h"
 #include "info.h"
 #include "key.h"
 #include "listing.h"
@@ -18,6 +20,7 @@
 #include "publish.h"
 #include "scan.h"
 #include "tree.h"
+#include "weights.h"
 
 #define DIR_ATTR_TIMEOUT 1.0  /* version mtimes move with activity */
 /* The writer's own view of a file being published: the kernel tracks its
@@ -53,6 +56,8 @@ int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen
 	t->cfg = cfg;
 	t->started = tree_now();
 	pthread_mutex_init(&t->lock, NULL);
+	pthread_mutex_init(&t->weights_mu, NULL);
+	pthread_cond_init(&t->weights_cv, NULL);
 	index_init(&t->idx);
 	t->root.type = NODE_ROOT;
 	t->info_dir.type = NODE_INFO_DIR;
@@ -74,10 +79,13 @@ fail:
 
 void tree_close(struct tree *t)
 {
+	weights_shutdown(t);
 	index_destroy(&t->idx);
 	if (t->store.path)
 		store_close(&t->store);
 	pthread_mutex_destroy(&t->lock);
+	pthread_mutex_destroy(&t->weights_mu);
+	pthread_cond_destroy(&t->weights_cv);
 }
 
 /* ---- attributes --------------------------------------------------------- */
@@ -135,9 +143,13 @@ int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeou
 		stat_common(t, n, st, S_IFDIR | 0555);
 		return 0;
 	case NODE_INFO_FILE:
-		stat_common(t, n, st, S_IFREG | 0444);
+		stat_common(t, n, st, S_IFREG | (n->sub == INFO_CONTROL ? 0200 : 0444));
 		*timeout = 0;
 		return 0;
+	case NODE_WEIGHTS_DIR:
+	case NODE_WEIGHTS_FILE:
+	case NODE_WEIGHTS_RANK:
+		return weights_getattr(t, n, st, timeout);
 	case NODE_VERSION: {
 		struct version *v = (struct version *)n;
 		if (v->removed)
@@ -174,7 +186,9 @@ int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeou
 int tree_setattr(struct tree *t, struct node *n, unsigned to_set, const struct stat *in,
 		 struct stat *out, double *timeout)
 {
-	if (n->type == NODE_MATERIALIZE && to_set == TREE_SET_SIZE && in->st_size == 0)
+	bool command_file = n->type == NODE_MATERIALIZE ||
+			    (n->type == NODE_INFO_FILE && n->sub == INFO_CONTROL);
+	if (command_file && to_set == TREE_SET_SIZE && in->st_size == 0)
 		return tree_getattr(t, n, out, timeout); /* open(O_TRUNC): nothing to cut */
 	if (n->type != NODE_OBJECT)
 		return -EPERM;
@@ -275,6 +289,16 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 			node_ref(&v->materialize);
 			return positive(t, &v->materialize, e);
 		}
+		if (strcmp(name, "weights") == 0) {
+			/* Appears and goes through the control file, not through the
+			 * kernel: its absence is never cached. */
+			pthread_mutex_lock(&t->lock);
+			struct node *wd = v->weights ? weights_dir_node(v->weights) : NULL;
+			if (wd)
+				node_ref(wd);
+			pthread_mutex_unlock(&t->lock);
+			return wd ? positive(t, wd, e) : negative(e, 0);
+		}
 		if (key_hash_decode(name, hash, &len) < 0)
 			return negative(e, TREE_FOREVER);
 		/* An absent object may be cached as absent: a publish through the
@@ -286,6 +310,15 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 		if (o)
 			return positive(t, &o->node, e);
 		return negative(e, pending ? 0 : TREE_FOREVER);
+	}
+	case NODE_WEIGHTS_DIR: {
+		struct node *n;
+		int rc = weights_lookup(t, parent, name, &n);
+		if (rc < 0)
+			return negative(e, 0);
+		rc = positive(t, n, e);
+		e->entry_timeout = 1.0; /* manifest.json appears when ready */
+		return rc;
 	}
 	default:
 		return -ENOTDIR;
@@ -355,6 +388,8 @@ int tree_rmdir(struct tree *t, struct node *parent, const char *name)
 		rc = -ENOENT;
 	else if (v->objects.count || v->uploads)
 		rc = -ENOTEMPTY;
+	else if (v->weights)
+		rc = -EBUSY; /* unload its weights first */
 	else {
 		rc = store_version_remove(&t->store, name);
 		if (rc == 0)
@@ -473,9 +508,14 @@ int tree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,
 
 	switch (n->type) {
 	case NODE_INFO_FILE:
+		if (n->sub == INFO_CONTROL)
+			return (flags & O_ACCMODE) == O_WRONLY ? control_open(t, h, r) : -EACCES;
 		if (writing)
 			return -EACCES;
 		return info_open(t, (enum info_file)n->sub, h, r);
+	case NODE_WEIGHTS_FILE:
+	case NODE_WEIGHTS_RANK:
+		return weights_open(t, n, flags, h, r);
 	case NODE_OBJECT: {
 		struct object *o = (struct object *)n;
 		if (o->state != OBJECT_COMMITTED)
@@ -496,6 +536,7 @@ int tree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,
 	case NODE_ROOT:
 	case NODE_INFO_DIR:
 	case NODE_VERSION:
+	case NODE_WEIGHTS_DIR:
 		return -EISDIR;
 	default:
 		return -ENOENT;
@@ -522,6 +563,12 @@ static void handle_put(struct tree *t, struct handle *h)
 	case HANDLE_MATERIALIZE:
 		materialize_release(t, h);
 		break;
+	case HANDLE_CONTROL:
+		control_release(h);
+		break;
+	case HANDLE_WEIGHTS_RANK:
+		weights_release(t, h);
+		break;
 	default:
 		break;
 	}
@@ -542,6 +589,9 @@ int tree_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
 	case HANDLE_MATERIALIZE:
 		rc = materialize_read(t, h, off, size, data, len);
 		break;
+	case HANDLE_WEIGHTS_RANK:
+		rc = weights_read(h, off, size, data, len);
+		break;
 	default:
 		return -EBADF;
 	}
@@ -560,6 +610,8 @@ int tree_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, 
 {
 	if (h->type == HANDLE_MATERIALIZE)
 		return materialize_write(t, h, off, buf, len);
+	if (h->type == HANDLE_CONTROL)
+		return control_write(t, h, buf, len);
 	if (h->type != HANDLE_UPLOAD)
 		return -EBADF;
 	return publish_write(t, h, off, buf, len, owner);
@@ -567,7 +619,27 @@ int tree_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, 
 
 int tree_flush(struct tree *t, struct handle *h, uint64_t owner)
 {
+	if (h->type == HANDLE_CONTROL)
+		return control_flush(t, h);
 	return h->type == HANDLE_UPLOAD ? publish_close(t, h, owner) : 0;
+}
+
+unsigned tree_poll(struct tree *t, struct handle *h)
+{
+	(void)t;
+	return h->type == HANDLE_WEIGHTS_RANK ? 0 : POLLIN | POLLOUT | POLLRDNORM | POLLWRNORM;
+}
+
+int tree_ioctl(struct tree *t, struct handle *h, unsigned int cmd, const void *in, size_t in_len,
+	       void *out, size_t out_len)
+{
+	if (cmd != ARTFS_IOC_ATTACH || h->type != HANDLE_WEIGHTS_RANK)
+		return -ENOTTY;
+	if (in_len < sizeof(struct artfs_attach) || out_len < sizeof(struct artfs_attach))
+		return -EINVAL;
+	struct artfs_attach req;
+	memcpy(&req, in, sizeof(req));
+	return weights_attach(t, h, &req, out);
 }
 
 int tree_fsync(struct tree *t, struct handle *h)

@@ -21,7 +21,7 @@
 #include "metrics.h"
 #include "store.h"
 
-enum info_file { INFO_METRICS = 0, INFO_CONFIG, INFO_COUNT };
+enum info_file { INFO_METRICS = 0, INFO_CONFIG, INFO_CONTROL, INFO_COUNT };
 
 struct tree {
 	struct artfs_config *cfg;
@@ -43,6 +43,11 @@ struct tree {
 	 * janitor thread. */
 	void (*forget_entry)(void *ctx, uint64_t parent, const char *name);
 	void *forget_ctx;
+	/* Loaded weights (src/weights.c). */
+	pthread_mutex_t weights_mu;
+	pthread_cond_t weights_cv;
+	struct weights *weights;  /* every weights object not yet freed */
+	unsigned loads_running;
 };
 
 /* Seconds for which the kernel may cache what never changes. */
@@ -62,7 +67,10 @@ struct tree_open_reply {
 	bool nonseekable;
 };
 
-enum handle_type { HANDLE_UPLOAD = 1, HANDLE_OBJECT, HANDLE_TEXT, HANDLE_DIR, HANDLE_MATERIALIZE };
+enum handle_type {
+	HANDLE_UPLOAD = 1, HANDLE_OBJECT, HANDLE_TEXT, HANDLE_DIR, HANDLE_MATERIALIZE,
+	HANDLE_CONTROL, HANDLE_WEIGHTS_RANK,
+};
 
 /* An open file or directory. Reads hand out pointers into handle memory,
  * so a handle lives until its release and every read reply are done. */
@@ -132,6 +140,14 @@ int tree_opendir(struct tree *t, struct node *n, struct handle **h);
 /* Entry number i of the listing snapshot taken at opendir; -ENOENT past the end. */
 int tree_readdir(struct tree *t, struct handle *h, size_t i, struct tree_dirent *de);
 void tree_releasedir(struct tree *t, struct handle *h);
+
+/* poll(): the events an open file reports. rank<k> never becomes ready, so
+ * an engine can wait in poll() and learn that the daemon died (POLLERR). */
+unsigned tree_poll(struct tree *t, struct handle *h);
+
+/* ioctl on an open file: ARTFS_IOC_ATTACH on rank<k>. -ENOTTY otherwise. */
+int tree_ioctl(struct tree *t, struct handle *h, unsigned int cmd, const void *in, size_t in_len,
+	       void *out, size_t out_len);
 
 /* Value of one attribute; with cap 0 only *len is set. -ENODATA, -ERANGE. */
 int tree_getxattr(struct tree *t, struct node *n, const char *name, char *buf, size_t cap,

@@ -12,6 +12,7 @@ import json
 import multiprocessing
 import os
 import stat
+import time
 
 import numpy as np
 import pytest
@@ -864,3 +865,83 @@ def test_version_removed_while_open(mnt):
     finally:
         os.close(fd)
     assert not os.path.exists(mnt.path("gone"))
+
+
+def test_objects_indexed_at_restart_materialize(mnt):
+    arrays = standard(rows=(16, 16, 8), seed=110)
+    hashes = publish_request(mnt, arrays)
+    want = npy_bytes(np.concatenate(arrays))
+    mnt.restart()
+    assert materialize(mnt, request_text(hashes, token_end=40)) == want
+    mnt.restart()
+    flip_byte(mnt.store_file(WV, hashes[1]))
+    assert materialize(mnt, request_text(hashes, token_end=40)) == "read:EIO"
+
+
+def test_truncating_materialize_does_not_touch_other_opens(mnt):
+    arrays = standard(rows=(16, 16, 8), seed=120)
+    hashes = publish_request(mnt, arrays)
+    text = request_text(hashes).encode()
+    p = mnt.path(WV, MAT)
+    fd = os.open(p, os.O_RDWR)
+    try:
+        os.write(fd, text[:40])
+        os.truncate(p, 0)  # what open(O_TRUNC) does: nothing to cut
+        with open(p, "w+b") as f:
+            f.write(request_text(hashes[:1]).encode())
+            f.seek(0)
+            assert f.read() == npy_bytes(arrays[0])
+        os.write(fd, text[40:])
+        assert read_all(fd) == npy_bytes(np.concatenate(arrays))
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError) as e:
+        os.truncate(p, 10)
+    assert e.value.errno == errno.EPERM
+    assert os.stat(p).st_size == 0
+
+
+def wait_for(cond, timeout=10.0, step=0.02):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+def test_open_materialize_counts_as_an_open_file_of_its_version(mnt):
+    hashes = publish_request(mnt, standard(rows=(16, 8)))
+    gauge = f'artfs_version_open_files{{version="{WV}"}}'
+    # (release after close is asynchronous in FUSE: the publishes' go soon.)
+    assert wait_for(lambda: mnt.metrics()[gauge] == 0)
+    fa = os.open(mnt.path(WV, MAT), os.O_RDWR)
+    fb = os.open(mnt.path(WV, MAT), os.O_RDWR)
+    try:
+        assert mnt.metrics()[gauge] == 2
+        os.write(fa, request_text(hashes).encode())
+        assert isinstance(read_all(fa), bytes)
+        with pytest.raises(OSError):
+            read_all(fb)
+        assert mnt.metrics()[gauge] == 2
+    finally:
+        os.close(fa)
+        os.close(fb)
+    assert wait_for(lambda: mnt.metrics()[gauge] == 0)
+
+
+def test_open_materialize_keeps_its_version_from_expiring(make_mount):
+    m = make_mount(ttl="1")
+    arrays = standard(rows=(16, 8), seed=130)
+    hashes = publish_request(m, arrays)
+    fd = os.open(m.path(WV, MAT), os.O_RDWR)
+    try:
+        time.sleep(3)  # well past ttl: only the open file holds the version
+        assert os.path.isdir(m.path(WV))
+        os.write(fd, request_text(hashes).encode())
+        assert read_all(fd) == npy_bytes(np.concatenate(arrays))
+    finally:
+        os.close(fd)
+    # Closed, the version is idle and is collected.
+    assert wait_for(lambda: not os.path.exists(m.path(WV)), timeout=10)
+    assert m.wait_log(f"expire {WV}: idle")

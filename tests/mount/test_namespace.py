@@ -16,7 +16,7 @@ def test_empty_mount(mnt):
     assert sorted(os.listdir(mnt.mountpoint)) == [".artfs"]
     st = os.stat(mnt.mountpoint)
     assert stat.S_ISDIR(st.st_mode)
-    assert sorted(os.listdir(mnt.path(".artfs"))) == ["config", "metrics"]
+    assert sorted(os.listdir(mnt.path(".artfs"))) == ["config", "control", "metrics"]
     out = subprocess.run(["ls", "-la", mnt.mountpoint], capture_output=True, text=True,
                          check=True).stdout
     assert ".artfs" in out

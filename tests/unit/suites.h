@@ -12,6 +12,8 @@ Suite *npy_suite(void);
 Suite *config_suite(void);
 Suite *tree_suite(void);
 Suite *materialize_suite(void);
+Suite *safetensors_suite(void);
+Suite *checkpoint_suite(void);
 
 /* Reads VECTORS_DIR/<name> into a malloc'd buffer. */
 uint8_t *read_vector(const char *name, size_t *len);

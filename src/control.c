@@ -1,0 +1,114 @@
+#include "autoconf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "control.h"
+#include "log.h"
+#include "weights.h"
+
+struct control {
+	struct handle h;
+	pthread_mutex_t mu;
+	char line[CONTROL_LINE_MAX];
+	size_t len;
+};
+
+int control_open(struct tree *t, struct handle **h, struct tree_open_reply *r)
+{
+	struct control *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	handle_init(&c->h, HANDLE_CONTROL);
+	pthread_mutex_init(&c->mu, NULL);
+	r->direct_io = true;
+	*h = &c->h;
+	return 0;
+}
+
+/* Splits a line into at most max words on spaces and tabs. */
+static int words(char *line, char **w, int max)
+{
+	int n = 0;
+
+	for (char *p = strtok(line, " \t\r"); p; p = strtok(NULL, " \t\r")) {
+		if (n == max)
+			return -1;
+		w[n++] = p;
+	}
+	return n;
+}
+
+static int run(struct tree *t, char *line)
+{
+	char copy[CONTROL_LINE_MAX], *w[4];
+
+	snprintf(copy, sizeof(copy), "%s", line);
+	int n = words(copy, w, 4);
+	if (n == 0)
+		return 0;
+	if (n >= 3 && n <= 4 && strcmp(w[0], "load") == 0) {
+		const char *gpus = "";
+		if (n == 4) {
+			if (strncmp(w[3], "gpus=", 5) != 0)
+				goto bad;
+			gpus = w[3] + 5;
+		}
+		return weights_load(t, w[1], w[2], gpus);
+	}
+	if (n == 2 && strcmp(w[0], "unload") == 0)
+		return weights_unload(t, w[1]);
+bad:
+	log_warn("control: unknown command \"%.200s\" (load <wv> <dir> [gpus=0,1,...] | unload <wv>)",
+		 line);
+	return -EINVAL;
+}
+
+int control_write(struct tree *t, struct handle *h, const void *buf, size_t len)
+{
+	struct control *c = (struct control *)h;
+	const char *p = buf;
+	int rc = 0;
+
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < len && rc == 0; i++) {
+		if (p[i] == '\n') {
+			c->line[c->len] = '\0';
+			c->len = 0;
+			rc = run(t, c->line);
+		} else if (c->len == CONTROL_LINE_MAX - 1 || p[i] == '\0') {
+			c->len = 0;
+			log_warn("control: command too long or with a NUL byte");
+			rc = -EINVAL;
+		} else
+			c->line[c->len++] = p[i];
+	}
+	pthread_mutex_unlock(&c->mu);
+	return rc < 0 ? rc : (int)len;
+}
+
+int control_flush(struct tree *t, struct handle *h)
+{
+	struct control *c = (struct control *)h;
+	int rc = 0;
+
+	pthread_mutex_lock(&c->mu);
+	if (c->len) {
+		c->line[c->len] = '\0';
+		c->len = 0;
+		rc = run(t, c->line);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+void control_release(struct handle *h)
+{
+	struct control *c = (struct control *)h;
+
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}

@@ -1,0 +1,848 @@
+#include "autoconf.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "checkpoint.h"
+#include "expiry.h"
+#include "gpu/gpu.h"
+#include "info.h"
+#include "key.h"
+#include "log.h"
+#include "weights.h"
+
+#define RANKS_MAX 64
+
+struct weights_rank {
+	struct node node;            /* rank<k>: owned by the weights */
+	int device;
+	struct gpu_device dev;
+	struct artfs_fingerprint fp;
+	uint64_t total_bytes;        /* tensor bytes */
+	struct gpu_piece *pieces;    /* rank's tensors, in file order */
+	const struct st_tensor **tensors; /* the same order: what each piece is */
+	size_t npieces;
+	uint32_t attached;           /* open rank<k> files (w->mu) */
+};
+
+enum weights_state { LOADING = 0, READY, FAILED };
+
+struct weights {
+	struct node node;            /* NODE_WEIGHTS: owns the nodes below */
+	struct node dir;
+	struct node files[WEIGHTS_FILE_COUNT];
+	struct weights *next_all;    /* t->weights list (t->weights_mu) */
+	struct tree *t;
+	struct version *ver;         /* referenced */
+	pthread_mutex_t mu;
+	enum weights_state state;
+	bool unloaded;               /* gone from the namespace */
+	bool thread_done;
+	bool gpu_freed;
+	uint32_t attached;
+	char error[256];
+	char gpus[256];              /* the GPU list, for status */
+	struct checkpoint ckpt;
+	const char **paths;
+	struct gpu_load load;
+	struct gpu_rank *granks;
+	uint64_t bytes_total;        /* bytes read from disk for a full load */
+	int64_t started_ns, finished_ns;
+	char *manifest;
+	size_t manifest_len;
+	int nranks;
+	struct weights_rank ranks[];
+};
+
+struct rank_handle {
+	struct handle h;
+	struct weights *w;           /* referenced */
+	int rank;
+};
+
+static const char *const file_names[WEIGHTS_FILE_COUNT] = {
+	[WEIGHTS_MANIFEST] = "manifest.json",
+	[WEIGHTS_STATUS] = "status",
+};
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static struct weights *weights_of(struct node *n)
+{
+	return (struct weights *)n->owner;
+}
+
+struct node *weights_dir_node(struct weights *w)
+{
+	return &w->dir;
+}
+
+/* ---- GPU memory lifetime ---------------------------------------------------- */
+
+/* Frees the slabs once nothing can use them: unloaded (or shutting down),
+ * no attached file, the load thread finished. Called with w->mu held. */
+static void release_gpu_locked(struct weights *w)
+{
+	if (w->gpu_freed || !w->unloaded || w->attached || !w->thread_done)
+		return;
+#ifdef HAVE_CUDA
+	gpu_unload(&w->load);
+#endif
+	w->gpu_freed = true;
+	log_info("weights %s: GPU memory freed", w->ver->name);
+}
+
+void weights_free(struct weights *w)
+{
+	struct tree *t = w->t;
+
+	pthread_mutex_lock(&t->weights_mu);
+	for (struct weights **p = &t->weights; *p; p = &(*p)->next_all)
+		if (*p == w) {
+			*p = w->next_all;
+			break;
+		}
+	pthread_mutex_unlock(&t->weights_mu);
+	pthread_mutex_lock(&w->mu);
+	w->unloaded = true;
+	release_gpu_locked(w);
+	pthread_mutex_unlock(&w->mu);
+	for (int r = 0; r < w->nranks; r++) {
+		free(w->ranks[r].pieces);
+		free(w->ranks[r].tensors);
+	}
+	free(w->granks);
+	free(w->paths);
+	free(w->manifest);
+	checkpoint_close(&w->ckpt);
+	pthread_mutex_destroy(&w->mu);
+	node_unref(&w->ver->node, 1);
+	free(w);
+}
+
+/* ---- planning a load -------------------------------------------------------------- */
+
+static int parse_gpus(const char *text, int *out, int cap, int *n)
+{
+	*n = 0;
+	if (!text || !*text)
+		return 0;
+	const char *p = text;
+	while (*p) {
+		char *end;
+		if (!isdigit((unsigned char)*p))
+			return -EINVAL;
+		long v = strtol(p, &end, 10);
+		if (v < 0 || v > 1023 || *n == cap)
+			return -EINVAL;
+		for (int i = 0; i < *n; i++)
+			if (out[i] == v)
+				return -EINVAL;
+		out[(*n)++] = (int)v;
+		p = end;
+		if (*p == ',')
+			p++;
+		else if (*p)
+			return -EINVAL;
+	}
+	return 0;
+}
+
+static uint64_t align_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+/* Gives every tensor of rank r a 256-byte aligned place in its slab, in
+ * file order (so that a read of consecutive file bytes lands in
+ * consecutive slab bytes). */
+static int plan_rank(struct weights *w, int r, int source_rank)
+{
+	struct weights_rank *wr = &w->ranks[r];
+	size_t n = 0;
+
+	for (size_t f = 0; f < w->ckpt.nfiles; f++) {
+		const struct checkpoint_file *cf = &w->ckpt.files[f];
+		if (cf->rank == -1 || cf->rank == source_rank)
+			n += cf->st.count;
+	}
+	wr->pieces = calloc(n ? n : 1, sizeof(*wr->pieces));
+	wr->tensors = calloc(n ? n : 1, sizeof(*wr->tensors));
+	if (!wr->pieces || !wr->tensors)
+		return -ENOMEM;
+	uint64_t at = 0;
+	for (size_t f = 0; f < w->ckpt.nfiles; f++) {
+		const struct checkpoint_file *cf = &w->ckpt.files[f];
+		if (cf->rank != -1 && cf->rank != source_rank)
+			continue;
+		for (size_t i = 0; i < cf->st.count; i++) {
+			const struct st_tensor *ts = &cf->st.tensors[i];
+			at = align_up(at, ARTFS_TENSOR_ALIGN);
+			wr->pieces[wr->npieces] = (struct gpu_piece){
+				.file = (uint32_t)f, .file_offset = ts->offset, .size = ts->size, .slab_offset = at,
+			};
+			wr->tensors[wr->npieces++] = ts;
+			at += ts->size;
+			wr->total_bytes += ts->size;
+		}
+	}
+	w->granks[r].device = wr->device;
+	w->granks[r].slab_size = align_up(at ? at : 1, ARTFS_SLAB_ALIGN);
+	w->granks[r].pieces = wr->pieces;
+	w->granks[r].npieces = wr->npieces;
+	return 0;
+}
+
+static void fingerprint(struct weights *w, int r, int tp_size)
+{
+	struct artfs_fingerprint *fp = &w->ranks[r].fp;
+	const struct gpu_device *d = &w->ranks[r].dev;
+
+	memset(fp, 0, sizeof(*fp));
+	snprintf(fp->architecture, sizeof(fp->architecture), "%s", w->ckpt.architecture);
+	snprintf(fp->quant_method, sizeof(fp->quant_method), "%s", w->ckpt.quant_method);
+	memcpy(fp->quant_config_sha256, w->ckpt.quant_config_sha256, 32);
+	memcpy(fp->revision, w->ckpt.revision, 32);
+	snprintf(fp->dtypes, sizeof(fp->dtypes), "%s", w->ckpt.dtypes);
+	fp->tp_size = (uint32_t)tp_size;
+	fp->tp_rank = tp_size == 1 ? 0 : (uint32_t)r;
+	fp->cc_major = (uint32_t)d->cc_major;
+	fp->cc_minor = (uint32_t)d->cc_minor;
+	fp->driver_version = (uint32_t)d->driver_version;
+}
+
+/* ---- the manifest ------------------------------------------------------------ */
+
+static json_t *fingerprint_json(const struct artfs_fingerprint *fp)
+{
+	char quant[65], rev[65], cc[16];
+
+	key_hex(fp->quant_config_sha256, 32, quant);
+	key_hex(fp->revision, 32, rev);
+	snprintf(cc, sizeof(cc), "%u.%u", fp->cc_major, fp->cc_minor);
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:i}",
+			 "architecture", fp->architecture, "quant_method", fp->quant_method,
+			 "quant_config_sha256", quant, "revision", rev, "dtypes", fp->dtypes,
+			 "tp_size", (int)fp->tp_size, "tp_rank", (int)fp->tp_rank,
+			 "compute_capability", cc, "driver_version", (int)fp->driver_version);
+}
+
+static char *build_manifest(struct weights *w)
+{
+	json_t *ranks = json_array();
+
+	for (int r = 0; r < w->nranks && ranks; r++) {
+		struct weights_rank *wr = &w->ranks[r];
+		char uuid[33];
+		key_hex(wr->dev.uuid, 16, uuid);
+		json_t *tensors = json_object();
+		for (size_t i = 0; i < wr->npieces && tensors; i++) {
+			const struct st_tensor *ts = wr->tensors[i];
+			json_t *shape = json_array();
+			for (unsigned d = 0; d < ts->ndim; d++)
+				json_array_append_new(shape, json_integer((json_int_t)ts->shape[d]));
+			json_object_set_new(tensors, ts->name,
+					    json_pack("{s:s, s:o, s:i, s:I, s:I}", "dtype",
+						      st_dtype_name(ts->dtype), "shape", shape, "slab", 0,
+						      "offset", (json_int_t)wr->pieces[i].slab_offset,
+						      "size", (json_int_t)ts->size));
+		}
+		json_t *slabs = json_pack("[{s:I}]", "size", (json_int_t)w->granks[r].slab_size);
+		json_array_append_new(ranks, json_pack("{s:i, s:i, s:s, s:o, s:o, s:I, s:o}", "rank", r,
+						       "device", wr->device, "device_uuid", uuid,
+						       "fingerprint", fingerprint_json(&wr->fp),
+						       "slabs", slabs, "bytes", (json_int_t)wr->total_bytes,
+						       "tensors", tensors));
+	}
+	json_t *root = json_pack("{s:s, s:s, s:s, s:i, s:o}", "weight_version", w->ver->name,
+				 "checkpoint", w->ckpt.dir,
+				 "layout", w->ckpt.layout == CHECKPOINT_HF ? "huggingface" : "vllm-sharded",
+				 "tp_size", (int)w->ranks[0].fp.tp_size, "ranks", ranks);
+	if (!root)
+		return NULL;
+	char *text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+	json_decref(root);
+	return text;
+}
+
+/* ---- the load thread ------------------------------------------------------------ */
+
+static void *load_main(void *arg)
+{
+	struct weights *w = arg;
+	struct tree *t = w->t;
+	char err[256] = "";
+	int rc;
+
+#ifdef HAVE_CUDA
+	rc = gpu_load(&w->load, err, sizeof(err));
+#else
+	rc = -ENODEV;
+	snprintf(err, sizeof(err), "built without GPU support");
+#endif
+	char *manifest = rc == 0 ? build_manifest(w) : NULL;
+	pthread_mutex_lock(&w->mu);
+	w->finished_ns = now_ns();
+	double secs = (double)(w->finished_ns - w->started_ns) / 1e9;
+	if (rc == 0 && !manifest) {
+		rc = -ENOMEM;
+		snprintf(err, sizeof(err), "out of memory building the manifest");
+#ifdef HAVE_CUDA
+		gpu_unload(&w->load);
+#endif
+	}
+	if (rc == 0) {
+		w->manifest = manifest;
+		w->manifest_len = strlen(manifest);
+		w->state = READY;
+		log_info("weights %s: ready, %" PRIu64 " bytes read in %.2f s (%.0f MB/s) onto %d GPU%s%s",
+			 w->ver->name, w->bytes_total, secs, secs > 0 ? (double)w->bytes_total / secs / 1e6 : 0,
+			 w->nranks, w->nranks > 1 ? "s" : "", w->load.used_nccl ? " (NCCL broadcast)" : "");
+	} else {
+		w->state = FAILED;
+		w->gpu_freed = true; /* gpu_load frees what it allocated when it fails */
+		snprintf(w->error, sizeof(w->error), "%s", err);
+		log_err("weights %s: load of %s failed: %s", w->ver->name, w->ckpt.dir, err);
+	}
+	w->thread_done = true;
+	release_gpu_locked(w);
+	pthread_mutex_unlock(&w->mu);
+
+	pthread_mutex_lock(&t->weights_mu);
+	t->loads_running--;
+	pthread_cond_broadcast(&t->weights_cv);
+	pthread_mutex_unlock(&t->weights_mu);
+	node_unref(&w->node, 1); /* the thread's reference */
+	return NULL;
+}
+
+/* ---- load and unload ------------------------------------------------------------- */
+
+static struct version *version_for(struct tree *t, const char *wv, int *rc)
+{
+	pthread_mutex_lock(&t->lock);
+	struct version *v = index_version_find(&t->idx, wv);
+	if (v)
+		node_ref(&v->node);
+	pthread_mutex_unlock(&t->lock);
+	if (v)
+		return v;
+	/* Weights may come before any R3 object: make the version. */
+	struct tree_entry e;
+	*rc = tree_mkdir(t, &t->root, wv, &e);
+	if (*rc == -EEXIST)
+		return version_for(t, wv, rc);
+	return *rc < 0 ? NULL : (struct version *)e.node;
+}
+
+static bool quant_allowed(struct tree *t, const struct checkpoint *c)
+{
+	if (!c->quant_method[0] || (strcmp(c->quant_method, "fp8") == 0 && c->quant_block_fp8))
+		return true;
+	/* allow_quant= is a comma-separated list of quant_method names. */
+	const char *list = t->cfg->allow_quant;
+	size_t n = strlen(c->quant_method);
+	for (const char *p = list; p && *p;) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		if (len == n && strncmp(p, c->quant_method, n) == 0)
+			return true;
+		p = comma ? comma + 1 : NULL;
+	}
+	return false;
+}
+
+int weights_load(struct tree *t, const char *wv, const char *dir, const char *gpus)
+{
+	struct gpu_device devs[RANKS_MAX];
+	int gpu_list[RANKS_MAX], ngpus, ndevs, rc = 0;
+	char err[256];
+
+	if (!key_version_name_valid(wv) || dir[0] != '/') {
+		log_warn("load %.130s: needs a weight version name and an absolute directory", wv);
+		return -EINVAL;
+	}
+	if (parse_gpus(gpus, gpu_list, RANKS_MAX, &ngpus) < 0) {
+		log_warn("load %s: bad GPU list \"%.64s\" (e.g. 0,1,2)", wv, gpus);
+		return -EINVAL;
+	}
+#ifdef HAVE_CUDA
+	ndevs = gpu_devices(devs, RANKS_MAX, err, sizeof(err));
+#else
+	ndevs = -ENODEV;
+	snprintf(err, sizeof(err), "this artfs was built without GPU support");
+#endif
+	if (ndevs < 0) {
+		log_warn("load %s: %s", wv, err);
+		return -ENODEV;
+	}
+	struct checkpoint ckpt;
+	rc = checkpoint_open(dir, &ckpt, err, sizeof(err));
+	if (rc < 0) {
+		log_warn("load %s: checkpoint %s: %s", wv, dir, err);
+		return rc == -ENOMEM ? rc : rc == -ENOENT ? -ENOENT : -EINVAL;
+	}
+	int nranks = ckpt.layout == CHECKPOINT_VLLM_SHARDED ? ckpt.ranks : (ngpus ? ngpus : ndevs);
+	if (ngpus == 0)
+		for (int i = 0; i < nranks && i < ndevs; i++)
+			gpu_list[i] = devs[i].index;
+	if ((ngpus && ngpus != nranks) || nranks > ndevs || nranks < 1 || nranks > RANKS_MAX) {
+		log_warn("load %s: the checkpoint has %d ranks, %d GPUs were given, %d exist", wv,
+			 nranks, ngpus, ndevs);
+		checkpoint_close(&ckpt);
+		return -EINVAL;
+	}
+	for (int r = 0; r < nranks; r++) {
+		int k;
+		for (k = 0; k < ndevs && devs[k].index != gpu_list[r]; k++)
+			;
+		if (k == ndevs) {
+			log_warn("load %s: no GPU %d", wv, gpu_list[r]);
+			checkpoint_close(&ckpt);
+			return -EINVAL;
+		}
+	}
+
+	struct version *v = version_for(t, wv, &rc);
+	if (!v) {
+		checkpoint_close(&ckpt);
+		return rc;
+	}
+	struct weights *w = calloc(1, sizeof(*w) + (size_t)nranks * sizeof(struct weights_rank));
+	if (!w) {
+		node_unref(&v->node, 1);
+		checkpoint_close(&ckpt);
+		return -ENOMEM;
+	}
+	w->t = t;
+	w->ver = v; /* our reference from version_for */
+	w->ckpt = ckpt;
+	w->nranks = nranks;
+	pthread_mutex_init(&w->mu, NULL);
+	w->node.type = NODE_WEIGHTS;
+	atomic_init(&w->node.refs, 1); /* the version's */
+	w->dir.type = NODE_WEIGHTS_DIR;
+	w->dir.owner = &w->node;
+	for (int i = 0; i < WEIGHTS_FILE_COUNT; i++) {
+		w->files[i].type = NODE_WEIGHTS_FILE;
+		w->files[i].sub = (uint8_t)i;
+		w->files[i].owner = &w->node;
+	}
+	w->granks = calloc((size_t)nranks, sizeof(*w->granks));
+	w->paths = calloc(ckpt.nfiles ? ckpt.nfiles : 1, sizeof(*w->paths));
+	rc = w->granks && w->paths ? 0 : -ENOMEM;
+	size_t used = 0;
+	for (int r = 0; r < nranks && rc == 0; r++) {
+		struct weights_rank *wr = &w->ranks[r];
+		wr->node.type = NODE_WEIGHTS_RANK;
+		wr->node.sub = (uint8_t)r;
+		wr->node.owner = &w->node;
+		wr->device = gpu_list[r];
+		for (int k = 0; k < ndevs; k++)
+			if (devs[k].index == gpu_list[r])
+				wr->dev = devs[k];
+		used += snprintf(w->gpus + used, sizeof(w->gpus) - used, "%s%d", r ? "," : "", wr->device);
+		rc = plan_rank(w, r, ckpt.layout == CHECKPOINT_VLLM_SHARDED ? r : -1);
+		fingerprint(w, r, ckpt.layout == CHECKPOINT_VLLM_SHARDED ? nranks : 1);
+	}
+	for (size_t f = 0; f < ckpt.nfiles && rc == 0; f++) {
+		w->paths[f] = ckpt.files[f].path;
+		w->bytes_total += ckpt.files[f].st.file_size - ckpt.files[f].st.data_start;
+	}
+	if (rc < 0) {
+		weights_free(w);
+		return rc;
+	}
+	if (!quant_allowed(t, &ckpt))
+		log_warn("load %s: quantization \"%s\" is not served zero-copy unless allow_quant= "
+			 "names it; attaches will fail with EOPNOTSUPP", wv, ckpt.quant_method);
+	w->load.paths = w->paths;
+	w->load.nfiles = ckpt.nfiles;
+	w->load.ranks = w->granks;
+	w->load.nranks = nranks;
+	w->load.replicated = ckpt.layout == CHECKPOINT_HF;
+
+	pthread_mutex_lock(&t->lock);
+	if (v->removed || v->weights) {
+		rc = v->removed ? -ENOENT : -EEXIST;
+		pthread_mutex_unlock(&t->lock);
+		log_warn("load %s: %s", wv, rc == -EEXIST ? "weights of this version are already loaded "
+			 "(loaded weights are immutable: use a new version)" : "the version was removed");
+		weights_free(w);
+		return rc;
+	}
+	v->weights = w;
+	pthread_mutex_unlock(&t->lock);
+
+	pthread_mutex_lock(&t->weights_mu);
+	w->next_all = t->weights;
+	t->weights = w;
+	t->loads_running++;
+	pthread_mutex_unlock(&t->weights_mu);
+
+	w->started_ns = now_ns();
+	node_ref(&w->node); /* the thread's */
+	pthread_attr_t attr;
+	pthread_t thread;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	rc = pthread_create(&thread, &attr, load_main, w);
+	pthread_attr_destroy(&attr);
+	if (rc) {
+		pthread_mutex_lock(&t->weights_mu);
+		t->loads_running--;
+		pthread_mutex_unlock(&t->weights_mu);
+		pthread_mutex_lock(&w->mu);
+		w->state = FAILED;
+		w->thread_done = true;
+		w->gpu_freed = true;
+		snprintf(w->error, sizeof(w->error), "cannot start the load thread");
+		pthread_mutex_unlock(&w->mu);
+		node_unref(&w->node, 1);
+		return -EAGAIN;
+	}
+	log_info("weights %s: loading %s (%s, %zu files, %" PRIu64 " bytes) onto GPU %s", wv, dir,
+		 ckpt.layout == CHECKPOINT_HF ? "Hugging Face, replicated" : "vLLM sharded",
+		 ckpt.nfiles, w->bytes_total, w->gpus);
+	return 0;
+}
+
+int weights_unload(struct tree *t, const char *wv)
+{
+	pthread_mutex_lock(&t->lock);
+	struct version *v = index_version_find(&t->idx, wv);
+	struct weights *w = v ? v->weights : NULL;
+	if (w)
+		v->weights = NULL;
+	uint64_t parent = v ? tree_node_id(t, &v->node) : 0;
+	pthread_mutex_unlock(&t->lock);
+	if (!w)
+		return -ENOENT;
+	pthread_mutex_lock(&w->mu);
+	w->unloaded = true;
+	atomic_store(&w->load.cancel, 1);
+	uint32_t attached = w->attached;
+	release_gpu_locked(w);
+	pthread_mutex_unlock(&w->mu);
+	expiry_forget(t, parent, "weights");
+	log_info("weights %s: unloaded%s", wv,
+		 attached ? "; GPU memory is freed when the last attached file closes" : "");
+	node_unref(&w->node, 1); /* the version's */
+	return 0;
+}
+
+void weights_preload(struct tree *t)
+{
+	for (unsigned i = 0; i < t->cfg->nweights; i++) {
+		const struct config_weights *cw = &t->cfg->weights[i];
+		int rc = weights_load(t, cw->version, cw->dir, "");
+		if (rc < 0)
+			log_err("config: weights.%s = %s: %s", cw->version, cw->dir, strerror(-rc));
+	}
+}
+
+void weights_shutdown(struct tree *t)
+{
+	pthread_mutex_lock(&t->weights_mu);
+	for (struct weights *w = t->weights; w; w = w->next_all)
+		atomic_store(&w->load.cancel, 1);
+	while (t->loads_running)
+		pthread_cond_wait(&t->weights_cv, &t->weights_mu);
+	struct weights *all = t->weights;
+	t->weights = NULL;
+	pthread_mutex_unlock(&t->weights_mu);
+	/* The kernel is gone: free whatever it still referenced. */
+	for (struct weights *w = all, *next; w; w = next) {
+		next = w->next_all;
+		pthread_mutex_lock(&t->lock);
+		if (w->ver->weights == w)
+			w->ver->weights = NULL;
+		pthread_mutex_unlock(&t->lock);
+		pthread_mutex_lock(&w->mu);
+		w->attached = 0;
+		pthread_mutex_unlock(&w->mu);
+		w->next_all = NULL;
+		weights_free(w);
+	}
+}
+
+/* ---- the namespace ------------------------------------------------------------- */
+
+static bool rank_name(const char *name, int nranks, int *rank)
+{
+	if (strncmp(name, "rank", 4) != 0 || !isdigit((unsigned char)name[4]) ||
+	    (name[4] == '0' && name[5]))
+		return false;
+	char *end;
+	long r = strtol(name + 4, &end, 10);
+	if (*end || r < 0 || r >= nranks)
+		return false;
+	*rank = (int)r;
+	return true;
+}
+
+int weights_lookup(struct tree *t, struct node *dir, const char *name, struct node **out)
+{
+	struct weights *w = weights_of(dir);
+	int rank;
+
+	pthread_mutex_lock(&w->mu);
+	bool gone = w->unloaded, ready = w->state == READY;
+	pthread_mutex_unlock(&w->mu);
+	if (gone)
+		return -ENOENT;
+	if (strcmp(name, file_names[WEIGHTS_STATUS]) == 0)
+		*out = &w->files[WEIGHTS_STATUS];
+	else if (strcmp(name, file_names[WEIGHTS_MANIFEST]) == 0 && ready)
+		*out = &w->files[WEIGHTS_MANIFEST];
+	else if (rank_name(name, w->nranks, &rank))
+		*out = &w->ranks[rank].node;
+	else
+		return -ENOENT;
+	node_ref(*out);
+	return 0;
+}
+
+int weights_getattr(struct tree *t, struct node *n, struct stat *st, double *timeout)
+{
+	struct weights *w = weights_of(n);
+
+	memset(st, 0, sizeof(*st));
+	st->st_ino = tree_node_id(t, n);
+	st->st_uid = t->cfg->uid;
+	st->st_gid = t->cfg->gid;
+	st->st_nlink = 1;
+	st->st_blksize = 128 * 1024;
+	st->st_atim.tv_sec = st->st_mtim.tv_sec = st->st_ctim.tv_sec = w->ver->created;
+	*timeout = 0;
+	pthread_mutex_lock(&w->mu);
+	bool gone = w->unloaded;
+	size_t manifest_len = w->manifest_len;
+	pthread_mutex_unlock(&w->mu);
+	if (gone)
+		return -ENOENT;
+	switch (n->type) {
+	case NODE_WEIGHTS_DIR:
+		st->st_mode = S_IFDIR | (0555 & ~t->cfg->umask);
+		st->st_nlink = 2;
+		break;
+	case NODE_WEIGHTS_FILE:
+		st->st_mode = S_IFREG | (0444 & ~t->cfg->umask);
+		if (n->sub == WEIGHTS_MANIFEST) {
+			st->st_size = (off_t)manifest_len; /* fixed once ready */
+			*timeout = 1.0;
+		}
+		break;
+	default: /* rank<k>: read-only, its content is the ioctl */
+		st->st_mode = S_IFREG | (0444 & ~t->cfg->umask);
+		break;
+	}
+	return 0;
+}
+
+static char *status_text(struct weights *w)
+{
+	static const char *const states[] = { "loading", "ready", "failed" };
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f)
+		return NULL;
+	pthread_mutex_lock(&w->mu);
+	uint64_t done = atomic_load(&w->load.bytes_read);
+	int64_t end = w->state == LOADING ? now_ns() : w->finished_ns;
+	double secs = (double)(end - w->started_ns) / 1e9;
+	fprintf(f, "state = %s\n", states[w->state]);
+	fprintf(f, "checkpoint = %s\n", w->ckpt.dir);
+	fprintf(f, "layout = %s\n", w->ckpt.layout == CHECKPOINT_HF ? "huggingface" : "vllm-sharded");
+	fprintf(f, "gpus = %s\n", w->gpus);
+	fprintf(f, "bytes_done = %" PRIu64 "\n", done);
+	fprintf(f, "bytes_total = %" PRIu64 "\n", w->bytes_total);
+	fprintf(f, "seconds = %.3f\n", secs);
+	fprintf(f, "rate_mb_per_s = %.1f\n", secs > 0 ? (double)done / secs / 1e6 : 0.0);
+	fprintf(f, "broadcast = %s\n", w->nranks == 1 || w->ckpt.layout != CHECKPOINT_HF ? "none"
+				       : w->state == LOADING ? "pending"
+				       : w->load.used_nccl ? "nccl" : "host");
+	fprintf(f, "attached = %u\n", w->attached);
+	fprintf(f, "error = %s\n", w->error);
+	pthread_mutex_unlock(&w->mu);
+	if (fclose(f) != 0) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
+int weights_open(struct tree *t, struct node *n, int flags, struct handle **h,
+		 struct tree_open_reply *r)
+{
+	struct weights *w = weights_of(n);
+
+	if ((flags & O_ACCMODE) != O_RDONLY)
+		return -EACCES;
+	if (n->type == NODE_WEIGHTS_FILE) {
+		char *text;
+		if (n->sub == WEIGHTS_STATUS) {
+			text = status_text(w);
+			r->direct_io = true;
+		} else {
+			pthread_mutex_lock(&w->mu);
+			text = w->manifest ? strdup(w->manifest) : NULL;
+			pthread_mutex_unlock(&w->mu);
+			r->keep_cache = true;
+		}
+		return text ? text_handle_open(text, h, r) : -ENOMEM;
+	}
+	if (n->type != NODE_WEIGHTS_RANK)
+		return -EISDIR;
+	struct rank_handle *rh = calloc(1, sizeof(*rh));
+	if (!rh)
+		return -ENOMEM;
+	pthread_mutex_lock(&w->mu);
+	if (w->unloaded) {
+		pthread_mutex_unlock(&w->mu);
+		free(rh);
+		return -ENOENT;
+	}
+	w->attached++;
+	w->ranks[n->sub].attached++;
+	pthread_mutex_unlock(&w->mu);
+	handle_init(&rh->h, HANDLE_WEIGHTS_RANK);
+	rh->w = w;
+	rh->rank = n->sub;
+	node_ref(&w->node);
+	r->direct_io = true;
+	r->noflush = true;
+	*h = &rh->h;
+	return 0;
+}
+
+int weights_read(struct handle *h, uint64_t off, size_t size, const void **data, size_t *len)
+{
+	static const char nothing[1];
+
+	*data = nothing; /* the attachment's content is the ioctl */
+	*len = 0;
+	return 0;
+}
+
+void weights_release(struct tree *t, struct handle *h)
+{
+	struct rank_handle *rh = (struct rank_handle *)h;
+	struct weights *w = rh->w;
+
+	pthread_mutex_lock(&w->mu);
+	w->attached--;
+	w->ranks[rh->rank].attached--;
+	release_gpu_locked(w);
+	pthread_mutex_unlock(&w->mu);
+	node_unref(&w->node, 1);
+	free(rh);
+}
+
+void weights_list(struct tree *t, struct node *dir,
+		  void (*add)(void *ctx, const char *name, uint64_t ino, unsigned char type), void *ctx)
+{
+	struct weights *w = weights_of(dir);
+	char name[16];
+
+	pthread_mutex_lock(&w->mu);
+	bool ready = w->state == READY, gone = w->unloaded;
+	pthread_mutex_unlock(&w->mu);
+	if (gone)
+		return;
+	if (ready)
+		add(ctx, file_names[WEIGHTS_MANIFEST], tree_node_id(t, &w->files[WEIGHTS_MANIFEST]), DT_REG);
+	add(ctx, file_names[WEIGHTS_STATUS], tree_node_id(t, &w->files[WEIGHTS_STATUS]), DT_REG);
+	for (int r = 0; r < w->nranks; r++) {
+		snprintf(name, sizeof(name), "rank%d", r);
+		add(ctx, name, tree_node_id(t, &w->ranks[r].node), DT_REG);
+	}
+}
+
+/* ---- attach ------------------------------------------------------------------ */
+
+static const char *fingerprint_diff(const struct artfs_fingerprint *a,
+				    const struct artfs_fingerprint *b)
+{
+	if (strncmp(a->architecture, b->architecture, sizeof(a->architecture)))
+		return "architecture";
+	if (strncmp(a->quant_method, b->quant_method, sizeof(a->quant_method)))
+		return "quant_method";
+	if (memcmp(a->quant_config_sha256, b->quant_config_sha256, 32))
+		return "quant_config_sha256";
+	if (memcmp(a->revision, b->revision, 32))
+		return "revision";
+	if (strncmp(a->dtypes, b->dtypes, sizeof(a->dtypes)))
+		return "dtypes";
+	if (a->tp_size != b->tp_size || a->tp_rank != b->tp_rank)
+		return "tensor parallel size or rank";
+	if (a->cc_major != b->cc_major || a->cc_minor != b->cc_minor)
+		return "compute capability";
+	if (a->driver_version != b->driver_version)
+		return "driver version";
+	return NULL;
+}
+
+int weights_attach(struct tree *t, struct handle *h, const struct artfs_attach *in,
+		   struct artfs_attach *out)
+{
+	struct rank_handle *rh = (struct rank_handle *)h;
+	struct weights *w = rh->w;
+	struct weights_rank *wr = &w->ranks[rh->rank];
+	const char *wv = w->ver->name;
+
+	if (in->abi != ARTFS_ABI_VERSION) {
+		log_warn("attach %s/rank%d: ABI version %u, this daemon speaks %u", wv, rh->rank,
+			 in->abi, ARTFS_ABI_VERSION);
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&w->mu);
+	enum weights_state state = w->state;
+	bool gone = w->unloaded;
+	pthread_mutex_unlock(&w->mu);
+	if (gone) {
+		log_warn("attach %s/rank%d: the weights were unloaded", wv, rh->rank);
+		return -ESTALE;
+	}
+	if (state == LOADING)
+		return -EAGAIN;
+	if (state == FAILED)
+		return -EIO;
+	if (!quant_allowed(t, &w->ckpt)) {
+		log_warn("attach %s/rank%d: quantization \"%s\" is not served zero-copy "
+			 "(allow_quant= does not name it)", wv, rh->rank, w->ckpt.quant_method);
+		return -EOPNOTSUPP;
+	}
+	const char *diff = fingerprint_diff(&in->expect, &wr->fp);
+	if (diff) {
+		log_warn("attach %s/rank%d: fingerprint mismatch: %s differs from the loaded weights",
+			 wv, rh->rank, diff);
+		return -ESTALE;
+	}
+	*out = *in;
+	memcpy(out->device_uuid, wr->dev.uuid, 16);
+	out->device_index = (uint32_t)wr->device;
+	out->slab_count = 1;
+	out->total_bytes = wr->total_bytes;
+	memset(out->slabs, 0, sizeof(out->slabs));
+	memcpy(out->slabs[0].ipc_handle, w->granks[rh->rank].ipc, ARTFS_IPC_HANDLE_SIZE);
+	out->slabs[0].size = w->granks[rh->rank].slab_size;
+	return 0;
+}

@@ -1,0 +1,51 @@
+/* Preloaded GPU weights in the namespace (DESIGN.md §4):
+ *
+ *   <wv>/weights/manifest.json   tensor table and fingerprint, once ready
+ *   <wv>/weights/status          state, bytes done/total, rate, error
+ *   <wv>/weights/rank<k>         open it and ioctl(ARTFS_IOC_ATTACH)
+ *
+ * A load runs in its own thread through the GPU backend (gpu/); without
+ * one, or without a device, a load answers ENODEV. An open rank<k> file is
+ * an attachment: unload removes weights/ from the namespace at once and
+ * frees GPU memory when the last attached file closes. */
+#ifndef ARTFS_WEIGHTS_H
+#define ARTFS_WEIGHTS_H
+
+#include "artfs/artfs.h"
+#include "tree.h"
+
+enum weights_file { WEIGHTS_MANIFEST = 0, WEIGHTS_STATUS, WEIGHTS_FILE_COUNT };
+
+/* Starts loading the checkpoint in dir as the weights of version wv (made
+ * if missing) onto the GPUs listed in gpus ("" = all for a Hugging Face
+ * checkpoint, 0..R-1 for a sharded one). Returns once the checkpoint is
+ * checked and the load thread runs: 0, -ENODEV (no GPU support), -ENOENT,
+ * -EINVAL (the checkpoint or the GPU list), -EEXIST (already loaded). */
+int weights_load(struct tree *t, const char *wv, const char *dir, const char *gpus);
+/* Removes wv's weights from the namespace. -ENOENT if none. */
+int weights_unload(struct tree *t, const char *wv);
+/* Loads the config file's weights.<wv> = dir lines (logged, not fatal). */
+void weights_preload(struct tree *t);
+/* Cancels loads, waits for them, frees every weight's GPU memory. */
+void weights_shutdown(struct tree *t);
+
+/* The namespace under <wv>/weights. */
+struct node *weights_dir_node(struct weights *w);
+int weights_lookup(struct tree *t, struct node *dir, const char *name, struct node **out);
+int weights_getattr(struct tree *t, struct node *n, struct stat *st, double *timeout);
+int weights_open(struct tree *t, struct node *n, int flags, struct handle **h,
+		 struct tree_open_reply *r);
+int weights_read(struct handle *h, uint64_t off, size_t size, const void **data, size_t *len);
+void weights_release(struct tree *t, struct handle *h);
+/* Names under <wv>/weights for a listing: calls add for each. */
+void weights_list(struct tree *t, struct node *dir,
+		  void (*add)(void *ctx, const char *name, uint64_t ino, unsigned char type), void *ctx);
+/* The attach ioctl on an open rank<k>: fills out, or returns the errno of
+ * the header's table (EAGAIN, EIO, ESTALE, EOPNOTSUPP, ENODEV, EINVAL). */
+int weights_attach(struct tree *t, struct handle *h, const struct artfs_attach *in,
+		   struct artfs_attach *out);
+
+/* Called when its last reference goes (index.c). */
+void weights_free(struct weights *w);
+
+#endif
