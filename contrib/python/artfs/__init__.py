@@ -1,0 +1,327 @@
+"""artfs from Python: R3 objects as numpy arrays, preloaded GPU weights as
+torch tensors that alias the daemon's slabs (no copy).
+
+    import artfs
+    arr = artfs.read_r3("default", "3da2892d...")            # numpy.ndarray
+    req = artfs.materialize("default", [h0, h1, tail], token_end=40)
+    weights = artfs.attach_weights("default", rank=0, checkpoint_dir="/models/x")
+    weights["model.embed_tokens.weight"]                       # torch.Tensor on cuda
+
+attach_weights falls back to loading the checkpoint from disk only when no
+artfs mount is present; every other failure raises (fail closed).
+"""
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import struct
+
+__all__ = ["DEFAULT_MOUNT", "mount_point", "is_artfs_mount", "read_r3", "r3_attributes",
+           "materialize", "fingerprint", "attach_weights", "AttachedWeights"]
+
+DEFAULT_MOUNT = "/mnt/artifacts"
+
+# ---- the ABI of artfs/artfs.h -----------------------------------------------------
+ABI_VERSION = 1
+SLABS_MAX = 16
+_FP = struct.Struct("<128s64s32s32s256sIIIIII")       # struct artfs_fingerprint
+_SLAB = struct.Struct("<64sQ")                          # struct artfs_slab
+_ATTACH_HEAD = struct.Struct("<II")
+_ATTACH_OUT = struct.Struct("<16sIIQ")
+ATTACH_SIZE = _ATTACH_HEAD.size + _FP.size + _ATTACH_OUT.size + SLABS_MAX * _SLAB.size
+_IOC_WRITE, _IOC_READ = 1, 2
+IOC_ATTACH = ((_IOC_READ | _IOC_WRITE) << 30) | (ATTACH_SIZE << 16) | (0xA7 << 8) | 1
+
+# safetensors dtype -> (torch dtype name, element size)
+_TORCH_DTYPES = {
+    "BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16",
+    "I32": "int32", "U32": "uint32", "I64": "int64", "U64": "uint64", "F16": "float16",
+    "BF16": "bfloat16", "F32": "float32", "F64": "float64", "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2", "C64": "complex64",
+}
+
+
+def mount_point(mount=None):
+    return mount or os.environ.get("ARTFS_MOUNT") or DEFAULT_MOUNT
+
+
+def is_artfs_mount(mount=None):
+    """True when an artfs daemon serves the mount point."""
+    path = os.path.realpath(mount_point(mount))
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 2 and fields[1] == path and fields[2] == "fuse.artfs":
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+# ---- R3 objects ---------------------------------------------------------------------
+
+def read_r3(weight_version, block_hash, mount=None):
+    """The routed-expert array of one object; raises OSError (EIO if the
+    store fails verification, ENOENT if absent)."""
+    import numpy as np
+    name = block_hash.hex() if isinstance(block_hash, (bytes, bytearray)) else block_hash
+    return np.load(os.path.join(mount_point(mount), weight_version, name))
+
+
+def r3_attributes(weight_version, block_hash, mount=None):
+    name = block_hash.hex() if isinstance(block_hash, (bytes, bytearray)) else block_hash
+    path = os.path.join(mount_point(mount), weight_version, name)
+    return {k[len("user.artfs."):]: os.getxattr(path, k).decode()
+            for k in os.listxattr(path) if k.startswith("user.artfs.")}
+
+
+def materialize(weight_version, block_hashes, token_end=None, block_size=None, mount=None):
+    """One request's R3 array (DESIGN.md §3.4) as a numpy array."""
+    import io
+    import numpy as np
+    lines = []
+    if token_end is not None:
+        lines.append(f"token_end {int(token_end)}")
+    if block_size is not None:
+        lines.append(f"block_size {int(block_size)}")
+    for h in block_hashes:
+        lines.append(h.hex() if isinstance(h, (bytes, bytearray)) else h)
+    path = os.path.join(mount_point(mount), weight_version, ".materialize")
+    fd = os.open(path, os.O_RDWR)
+    try:
+        data = ("\n".join(lines) + "\n").encode()
+        while data:
+            data = data[os.write(fd, data):]
+        chunks, off = [], 0
+        while True:
+            b = os.pread(fd, 1 << 22, off)
+            if not b:
+                break
+            chunks.append(b)
+            off += len(b)
+    finally:
+        os.close(fd)
+    return np.load(io.BytesIO(b"".join(chunks)))
+
+
+# ---- fingerprints ---------------------------------------------------------------------
+
+def _jansson_compact(value):
+    """JSON as jansson's json_dumps(JSON_SORT_KEYS | JSON_COMPACT) writes it,
+    so that the quantization config hashes as the daemon hashes it."""
+    if isinstance(value, dict):
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _jansson_compact(value[k])
+                              for k in sorted(value)) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_jansson_compact(v) for v in value) + "]"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, float):
+        text = "%.17g" % value
+        return text if any(c in text for c in ".eEn") else text + ".0"
+    return json.dumps(value, ensure_ascii=False)
+
+
+_SHARD = re.compile(r"^model-rank-(0|[1-9][0-9]*)-part-([0-9]{1,9})\.safetensors$")
+
+
+def _checkpoint_files(checkpoint_dir):
+    names = sorted(n for n in os.listdir(checkpoint_dir)
+                   if n.endswith(".safetensors") and not n.startswith("."))
+    if any(_SHARD.match(n) for n in names):
+        return names, "vllm-sharded"
+    index = os.path.join(checkpoint_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            names = sorted(set(json.load(f)["weight_map"].values()))
+    return names, "huggingface"
+
+
+def _header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return n, f.read(n), os.fstat(f.fileno()).st_size
+
+
+def _cuda_runtime():
+    """Runtime functions through cupy, else the libcudart torch loaded."""
+    try:
+        import cupy
+        rt = cupy.cuda.runtime
+        return {"driver_version": rt.driverGetVersion, "ipc_open":
+                lambda h: rt.ipcOpenMemHandle(h, rt.cudaIpcMemLazyEnablePeerAccess),
+                "ipc_close": rt.ipcCloseMemHandle}
+    except ImportError:
+        pass
+    import torch  # noqa: F401  (loads libcudart into the process)
+    lib = None
+    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    if lib is None:
+        raise OSError(errno.ENODEV, "no CUDA runtime library found")
+
+    def driver_version():
+        v = ctypes.c_int()
+        lib.cudaDriverGetVersion(ctypes.byref(v))
+        return v.value
+
+    class Handle(ctypes.Structure):
+        _fields_ = [("reserved", ctypes.c_char * 64)]
+
+    def ipc_open(h):
+        ptr = ctypes.c_void_p()
+        rc = lib.cudaIpcOpenMemHandle(ctypes.byref(ptr), Handle(h), 1)
+        if rc != 0:
+            raise OSError(errno.EIO, f"cudaIpcOpenMemHandle failed ({rc})")
+        return ptr.value
+
+    def ipc_close(ptr):
+        lib.cudaIpcCloseMemHandle(ctypes.c_void_p(ptr))
+
+    return {"driver_version": driver_version, "ipc_open": ipc_open, "ipc_close": ipc_close}
+
+
+def fingerprint(checkpoint_dir, tp_size=1, tp_rank=0, device=0):
+    """What an engine on `device` expects of the checkpoint (DESIGN.md §4.2),
+    computed as the daemon computes it."""
+    import torch
+    names, _ = _checkpoint_files(checkpoint_dir)
+    rev = hashlib.sha256()
+    dtypes = set()
+    for name in names:
+        n, header, size = _header(os.path.join(checkpoint_dir, name))
+        rev.update(name.encode() + b"\0" + struct.pack(">QQ", size, n) + header)
+        for key, entry in json.loads(header).items():
+            if key != "__metadata__":
+                dtypes.add(entry["dtype"])
+    arch, quant, quant_sha = "", "", b"\0" * 32
+    config = os.path.join(checkpoint_dir, "config.json")
+    if os.path.exists(config):
+        with open(config) as f:
+            cfg = json.load(f)
+        arch = (cfg.get("architectures") or [""])[0] or ""
+        qc = cfg.get("quantization_config")
+        if isinstance(qc, dict):
+            quant = qc.get("quant_method", "")
+            quant_sha = hashlib.sha256(_jansson_compact(qc).encode()).digest()
+    major, minor = torch.cuda.get_device_capability(device)
+    return {"architecture": arch, "quant_method": quant, "quant_config_sha256": quant_sha,
+            "revision": rev.digest(), "dtypes": ",".join(sorted(dtypes)), "tp_size": tp_size,
+            "tp_rank": tp_rank, "cc_major": major, "cc_minor": minor,
+            "driver_version": _cuda_runtime()["driver_version"]()}
+
+
+def _pack_attach(fp):
+    head = _ATTACH_HEAD.pack(ABI_VERSION, 0)
+    fpb = _FP.pack(fp["architecture"].encode(), fp["quant_method"].encode(),
+                   fp["quant_config_sha256"], fp["revision"], fp["dtypes"].encode(),
+                   fp["tp_size"], fp["tp_rank"], fp["cc_major"], fp["cc_minor"],
+                   fp["driver_version"], 0)
+    return bytearray(head + fpb + b"\0" * (ATTACH_SIZE - len(head) - len(fpb)))
+
+
+# ---- attaching weights -------------------------------------------------------------------
+
+class _DeviceBytes:
+    """A device range that torch.as_tensor takes without copying."""
+
+    def __init__(self, ptr, size):
+        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1",
+                                         "data": (ptr, False), "version": 3}
+
+
+class AttachedWeights(dict):
+    """name -> torch.Tensor aliasing the daemon's slab. The open rank file is
+    the attachment: keep this object (or call close()) while tensors are used."""
+
+    def __init__(self, fd, slabs, ipc_close):
+        super().__init__()
+        self.fd, self._slabs, self._ipc_close = fd, slabs, ipc_close
+
+    def close(self):
+        self.clear()
+        for ptr in self._slabs:
+            self._ipc_close(ptr)
+        self._slabs = []
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _load_from_disk(checkpoint_dir, rank, device):
+    from safetensors.torch import load_file
+    names, layout = _checkpoint_files(checkpoint_dir)
+    if layout == "vllm-sharded":
+        names = [n for n in names if n.startswith(f"model-rank-{rank}-part-")]
+    out = {}
+    for name in names:
+        out.update(load_file(os.path.join(checkpoint_dir, name), device=f"cuda:{device}"))
+    return out
+
+
+def attach_weights(weight_version, rank=0, checkpoint_dir=None, expect=None, mount=None,
+                   device=None, tp_size=None):
+    """The tensors of one rank as a dict of torch tensors on the GPU.
+
+    expect is the fingerprint the engine expects (fingerprint(...)); when
+    omitted it is computed from checkpoint_dir. Without an artfs mount the
+    checkpoint is loaded from disk (safetensors); any other failure raises
+    OSError with the errno of DESIGN.md §4.2."""
+    import torch
+    mount = mount_point(mount)
+    device = rank if device is None else device
+    if not is_artfs_mount(mount):
+        if checkpoint_dir is None:
+            raise OSError(errno.ENODEV, f"{mount} is not an artfs mount and no checkpoint_dir")
+        return _load_from_disk(checkpoint_dir, rank, device)
+    if expect is None:
+        if checkpoint_dir is None:
+            raise ValueError("attach_weights needs expect= or checkpoint_dir=")
+        _, layout = _checkpoint_files(checkpoint_dir)
+        tp = tp_size or (1 if layout == "huggingface" else None)
+        if tp is None:
+            tp = len({int(_SHARD.match(n).group(1)) for n in os.listdir(checkpoint_dir)
+                      if _SHARD.match(n)})
+        expect = fingerprint(checkpoint_dir, tp, 0 if tp == 1 else rank, device)
+    rt = _cuda_runtime()
+    torch.cuda.set_device(device)
+    path = os.path.join(mount, weight_version, "weights", f"rank{rank}")
+    fd = os.open(path, os.O_RDONLY)
+    weights = AttachedWeights(fd, [], rt["ipc_close"])
+    try:
+        buf = _pack_attach(expect)
+        fcntl.ioctl(fd, IOC_ATTACH, buf, True)
+        off = _ATTACH_HEAD.size + _FP.size
+        _uuid, _dev, count, _total = _ATTACH_OUT.unpack_from(buf, off)
+        off += _ATTACH_OUT.size
+        if not 1 <= count <= SLABS_MAX:
+            raise OSError(errno.EIO, f"attach returned {count} slabs")
+        for i in range(count):
+            handle, size = _SLAB.unpack_from(buf, off + i * _SLAB.size)
+            weights._slabs.append(rt["ipc_open"](handle))
+        with open(os.path.join(mount, weight_version, "weights", "manifest.json")) as f:
+            manifest = json.load(f)
+        for name, t in manifest["ranks"][rank]["tensors"].items():
+            dt = getattr(torch, _TORCH_DTYPES[t["dtype"]])
+            raw = torch.as_tensor(_DeviceBytes(weights._slabs[t["slab"]] + t["offset"], t["size"]),
+                                  device=f"cuda:{device}")
+            weights[name] = raw.view(dt).reshape(t["shape"])
+    except BaseException:
+        weights.close()
+        raise
+    return weights

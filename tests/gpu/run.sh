@@ -1,0 +1,25 @@
+#!/bin/sh
+# The whole GPU check on a GPU host, from a build tree made by build.sh (or
+# $ARTFS_BUILD): mounts artfs, runs every GPU test and benchmark, prints a
+# table last, unmounts. Exit 77 where there is no GPU.
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+: "${ARTFS_BUILD:=$top/.gpu-build}"
+: "${OUT:=/tmp/artfs-gpu-out}"
+mkdir -p "$OUT"
+export ARTFS_BUILD OUT
+# Never use NVLink multicast on shared GPU hosts.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONPATH="$top/contrib/python:$here"
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.device_count() else 1)' 2>/dev/null; then
+	echo "SKIP: no CUDA GPU (or no torch) on this host; the GPU check runs on the GPU host"
+	exit 77
+fi
+[ -x "$ARTFS_BUILD/artfs" ] || { echo "ERROR: no artfs in $ARTFS_BUILD (tests/gpu/build.sh)"; exit 99; }
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv
+status=0
+"$PYTHON" -m pytest -v -p no:cacheprovider "$here/test_weights.py" 2>&1 | tee "$OUT/gpu-tests.log" || status=1
+grep -q " failed\| error" "$OUT/gpu-tests.log" && status=1
+"$PYTHON" "$here/bench_weights.py" 2>&1 | tee "$OUT/gpu-bench.log" || status=1
+exit $status

@@ -1,0 +1,144 @@
+"""GPU weights on a GPU host (DESIGN.md §4): load, attach from another
+process, compare with safetensors, and every error and lifetime rule."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import GPUS, MOUNT, artfsctl, engine, make_checkpoint, status
+
+
+def nvidia_used_mib(gpu):
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                          "-i", str(gpu)], capture_output=True, text=True, check=True).stdout
+    return int(out.strip())
+
+
+def wait_for(cond, timeout=60, step=0.1):
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+def finish(proc, timeout=600):
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"engine failed:\n{out}\n{err}"
+    return out
+
+
+def test_hf_checkpoint_attaches_byte_identical(daemon, hf8):
+    r = artfsctl("load", "hf", hf8, "--gpus", "0")
+    assert "ready" in r.stdout
+    st = status("hf")
+    assert st["state"] == "ready" and st["bytes_done"] == st["bytes_total"]
+    with open(os.path.join(MOUNT, "hf", "weights", "manifest.json")) as f:
+        m = json.load(f)
+    r0 = m["ranks"][0]
+    assert r0["slabs"][0]["size"] % (2 << 20) == 0
+    assert all(t["offset"] % 256 == 0 for t in r0["tensors"].values())
+    assert m["layout"] == "huggingface" and r0["fingerprint"]["dtypes"] == "BF16,F16,F32,F8_E4M3"
+    out = finish(engine("compare", MOUNT, "hf", "0", hf8))
+    assert out.startswith("OK")
+
+
+def test_sharded_checkpoint_each_rank(daemon, sharded):
+    ranks = min(GPUS, 2)
+    artfsctl("load", "sharded", sharded)
+    assert status("sharded")["state"] == "ready"
+    for r in range(ranks):
+        assert finish(engine("compare", MOUNT, "sharded", str(r), sharded)).startswith("OK")
+
+
+@pytest.mark.parametrize("field", ["revision", "tp_size", "architecture"])
+def test_fingerprint_mismatch_is_estale(daemon, hf8, field):
+    if status("hf") is None:
+        artfsctl("load", "hf", hf8, "--gpus", "0")
+    assert finish(engine("errno", MOUNT, "hf", "0", hf8, field)).strip() == "ESTALE"
+
+
+def test_quantization_allowlist(daemon):
+    gptq = make_checkpoint("gptq", 0.05, "--quant", "gptq", "--files", "1")
+    fp8 = make_checkpoint("fp8block", 0.05, "--quant", "fp8", "--block-fp8", "--files", "1")
+    artfsctl("load", "gptq", gptq, "--gpus", "0")
+    artfsctl("load", "fp8", fp8, "--gpus", "0")
+    assert finish(engine("errno", MOUNT, "gptq", "0", gptq, "none")).strip() == "EOPNOTSUPP"
+    assert finish(engine("errno", MOUNT, "fp8", "0", fp8, "none")).strip() == "OK"
+
+
+def test_attach_while_loading_is_eagain(daemon, hf8):
+    # The engine is up first; the files are evicted so the load takes a while.
+    e = engine("errno", MOUNT, "hf-eagain", "0", hf8, "none", stdin=subprocess.PIPE,
+               ARTFS_WAIT_STDIN="1")
+    assert e.stdout.readline().strip() == "READY"
+    for n in os.listdir(hf8):
+        fd = os.open(os.path.join(hf8, n), os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    artfsctl("load", "hf-eagain", hf8, "--gpus", "0", "--no-wait")
+    e.stdin.write("go\n")
+    e.stdin.flush()
+    got = finish(e).strip().splitlines()[-1]
+    assert got == "EAGAIN", got
+    assert wait_for(lambda: status("hf-eagain")["state"] == "ready", 300)
+    artfsctl("unload", "hf-eagain")
+
+
+def test_killed_engine_releases_its_attachment(daemon, hf8):
+    if status("hf") is None:
+        artfsctl("load", "hf", hf8, "--gpus", "0")
+    e = engine("hold", MOUNT, "hf", "0", hf8, stdin=subprocess.PIPE)
+    assert e.stdout.readline().strip() == "READY"
+    assert status("hf")["attached"] == "1"
+    e.kill()
+    e.wait()
+    assert wait_for(lambda: status("hf")["attached"] == "0", 30)
+
+
+def test_unload_frees_gpu_memory_after_the_last_close(daemon, hf8):
+    artfsctl("load", "hf-unload", hf8, "--gpus", "0")
+    e = engine("hold", MOUNT, "hf-unload", "0", hf8, stdin=subprocess.PIPE)
+    assert e.stdout.readline().strip() == "READY"
+    before = nvidia_used_mib(0)
+    artfsctl("unload", "hf-unload")
+    assert not os.path.exists(os.path.join(MOUNT, "hf-unload", "weights"))
+    time.sleep(2)
+    still = nvidia_used_mib(0)
+    assert still > before - 1024, (before, still)  # attached: not freed
+    e.stdin.write("close\n")
+    e.stdin.flush()
+    finish(e)
+    assert wait_for(lambda: nvidia_used_mib(0) < still - 7 * 1024, 60), (still, nvidia_used_mib(0))
+
+
+@pytest.mark.skipif(GPUS < 2, reason="needs two GPUs")
+def test_replicated_load_reads_the_files_once(daemon, hf8):
+    pid = daemon.proc.pid
+    rchar = lambda: int(next(l.split()[1] for l in open(f"/proc/{pid}/io") if l.startswith("rchar")))
+    before = rchar()
+    artfsctl("load", "hf2", hf8, "--gpus", "0,1")
+    read = rchar() - before
+    st = status("hf2")
+    data = int(st["bytes_total"])
+    assert st["broadcast"] == "nccl", st
+    assert int(st["bytes_done"]) == data
+    assert data <= read < 1.1 * data, (read, data)  # once, not once per GPU
+    for r in (0, 1):
+        assert finish(engine("compare", MOUNT, "hf2", str(r), hf8)).startswith("OK")
+    artfsctl("unload", "hf2")
+
+
+def test_killed_daemon_is_seen_by_the_engine(daemon, hf8):
+    if status("hf") is None:
+        artfsctl("load", "hf", hf8, "--gpus", "0")
+    e = engine("watch", MOUNT, "hf", "0", hf8)
+    assert e.stdout.readline().strip() == "READY"
+    daemon.kill()
+    out = e.stdout.readline()
+    assert out.startswith("DEAD ENOTCONN"), out + e.stderr.read()
+    e.wait(timeout=30)
+    daemon.start()
