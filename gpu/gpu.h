@@ -50,7 +50,7 @@ struct gpu_load {
 	size_t nfiles;
 	struct gpu_rank *ranks;
 	int nranks;
-	bool replicated;             /* every rank gets rank 0's pieces: read once, NCCL broadcast */
+	bool replicated;             /* every rank gets rank 0's pieces: read once, then broadcast */
 	_Atomic uint64_t bytes_read; /* progress: bytes read from disk so far */
 	_Atomic int cancel;          /* set to stop a load early */
 	/* what the load did, for status and tests */

@@ -1,8 +1,8 @@
 /* The load pipeline: reader threads pread checkpoint chunks into pinned host
  * buffers (several reads in flight), copy each tensor's part to its slab
- * offset with cudaMemcpyAsync, and, for weights replicated on several GPUs,
- * broadcast rank 0's copy to the others over NCCL, so that every byte is
- * read from disk once. */
+ * offset with cudaMemcpyAsync. Weights replicated on several GPUs are read
+ * into rank 0 only and then broadcast to the others over NCCL (made while
+ * the disk is read), so every byte is read from disk once. */
 #include "autoconf.h"
 
 #include <errno.h>
@@ -39,7 +39,6 @@ struct loader {
 	_Atomic size_t next;
 	int *fds;
 	struct nccl_group *nccl;
-	pthread_mutex_t nccl_mu;
 	cudaStream_t bstreams[RANKS_MAX];
 	void *slabs[RANKS_MAX];
 	pthread_mutex_t err_mu;
@@ -193,7 +192,6 @@ static void *reader_main(void *arg)
 	struct loader *ld = rd->ld;
 	struct gpu_load *l = ld->l;
 	int b = 0;
-	char err[256];
 
 	for (;;) {
 		size_t i = atomic_fetch_add(&ld->next, 1);
@@ -203,37 +201,12 @@ static void *reader_main(void *arg)
 		if (!buffer_free(ld, rd, b) || !read_chunk(ld, c, rd->buf[b]))
 			break;
 		uint64_t lo, hi;
-		if (!l->replicated || l->nranks == 1) {
-			if (!copy_chunk(ld, rd, c, b, c->rank, &lo, &hi))
-				break;
-		} else if (ld->nccl) {
-			/* Rank 0 from the host, the others from rank 0 over NVLink/PCIe. */
-			if (!copy_chunk(ld, rd, c, b, 0, &lo, &hi))
-				break;
-			pthread_mutex_lock(&ld->nccl_mu);
-			bool ok = cuda_ok(ld, cudaSetDevice(l->ranks[0].device), "cudaSetDevice") &&
-				  cuda_ok(ld, cudaStreamWaitEvent(ld->bstreams[0], rd->events[b][0], 0),
-					  "cudaStreamWaitEvent");
-			if (ok && hi > lo) {
-				int rc = nccl_broadcast(ld->nccl, ld->slabs, lo, hi - lo, ld->bstreams, err,
-							sizeof(err));
-				if (rc < 0) {
-					fail(ld, rc, "%s", err);
-					ok = false;
-				}
-			}
-			pthread_mutex_unlock(&ld->nccl_mu);
-			if (!ok)
-				break;
-		} else {
-			/* No NCCL: the same host buffer to every GPU, still one disk read. */
-			for (int r = 0; r < l->nranks; r++)
-				if (!copy_chunk(ld, rd, c, b, r, &lo, &hi))
-					goto out;
-		}
+		/* Replicated weights go to rank 0 here; the others get rank 0's
+		 * slab over NCCL once everything is in (see spread). */
+		if (!copy_chunk(ld, rd, c, b, l->replicated ? 0 : c->rank, &lo, &hi))
+			break;
 		b = (b + 1) % BUFS_PER_READER;
 	}
-out:
 	for (int k = 0; k < BUFS_PER_READER; k++)
 		buffer_free(ld, rd, k);
 	return NULL;
@@ -275,8 +248,10 @@ static void reader_fini(struct loader *ld, struct reader *rd)
 			cudaFreeHost(rd->buf[k]);
 }
 
-static void open_nccl(struct loader *ld)
+/* NCCL's communicators take a while to make: done while the readers read. */
+static void *open_nccl(void *arg)
 {
+	struct loader *ld = arg;
 	struct gpu_load *l = ld->l;
 	int devs[RANKS_MAX];
 	char err[256];
@@ -284,19 +259,50 @@ static void open_nccl(struct loader *ld)
 	for (int r = 0; r < l->nranks; r++)
 		devs[r] = l->ranks[r].device;
 	if (nccl_open(devs, l->nranks, &ld->nccl, err, sizeof(err)) < 0) {
-		fprintf(stderr, "artfs: %s; copying to each GPU from host memory instead\n", err);
+		fprintf(stderr, "artfs: %s; copying GPU to GPU without NCCL instead\n", err);
 		ld->nccl = NULL;
-		return;
+		return NULL;
 	}
 	for (int r = 0; r < l->nranks; r++) {
 		cudaSetDevice(l->ranks[r].device);
 		if (cudaStreamCreateWithFlags(&ld->bstreams[r], cudaStreamNonBlocking) != cudaSuccess) {
 			nccl_close(ld->nccl);
 			ld->nccl = NULL;
-			return;
+			return NULL;
 		}
 	}
-	l->used_nccl = true;
+	return NULL;
+}
+
+#define SPREAD_CHUNK (1ULL << 30)
+
+/* Rank 0 holds every replicated byte: broadcast its slab to the other GPUs
+ * (NCCL; peer copies where NCCL is missing). Disk is read once. */
+static void spread(struct loader *ld)
+{
+	struct gpu_load *l = ld->l;
+	uint64_t size = l->ranks[0].slab_size;
+	char err[256];
+
+	if (ld->nccl) {
+		for (uint64_t off = 0; off < size && !ld->failed; off += SPREAD_CHUNK) {
+			uint64_t len = size - off < SPREAD_CHUNK ? size - off : SPREAD_CHUNK;
+			int rc = nccl_broadcast(ld->nccl, ld->slabs, off, len, ld->bstreams, err, sizeof(err));
+			if (rc < 0)
+				fail(ld, rc, "%s", err);
+		}
+		l->used_nccl = true;
+	} else {
+		for (int r = 1; r < l->nranks && !ld->failed; r++) {
+			cudaSetDevice(l->ranks[r].device);
+			cuda_ok(ld, cudaMemcpyPeer(ld->slabs[r], l->ranks[r].device, ld->slabs[0],
+						   l->ranks[0].device, size), "cudaMemcpyPeer");
+		}
+	}
+	for (int r = 0; r < l->nranks; r++) {
+		cudaSetDevice(l->ranks[r].device);
+		cuda_ok(ld, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+	}
 }
 
 void gpu_unload(struct gpu_load *l)
@@ -319,7 +325,6 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	pthread_mutex_init(&ld.err_mu, NULL);
-	pthread_mutex_init(&ld.nccl_mu, NULL);
 	atomic_store(&l->bytes_read, 0);
 	l->used_nccl = false;
 
@@ -351,8 +356,9 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
-	if (l->replicated && l->nranks > 1)
-		open_nccl(&ld);
+	pthread_t nccl_thread;
+	bool nccl_started = l->replicated && l->nranks > 1 &&
+			    pthread_create(&nccl_thread, NULL, open_nccl, &ld) == 0;
 
 	unsigned n = ld.nchunks < READERS_MAX ? (unsigned)ld.nchunks : READERS_MAX;
 	l->readers = n;
@@ -374,6 +380,11 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 	}
 	for (unsigned i = 0; i < READERS_MAX; i++)
 		reader_fini(&ld, &readers[i]);
+	if (nccl_started) {
+		pthread_join(nccl_thread, NULL);
+		if (!ld.failed && !l->cancel)
+			spread(&ld);
+	}
 	if (l->cancel && !ld.failed)
 		fail(&ld, -ECANCELED, "load cancelled");
 	rc = 0;
@@ -399,6 +410,5 @@ out:
 	if (rc < 0)
 		gpu_unload(l);
 	pthread_mutex_destroy(&ld.err_mu);
-	pthread_mutex_destroy(&ld.nccl_mu);
 	return rc;
 }

@@ -148,16 +148,14 @@ def _header(path):
         return n, f.read(n), os.fstat(f.fileno()).st_size
 
 
+_RUNTIME = None
+
+
 def _cuda_runtime():
-    """Runtime functions through cupy, else the libcudart torch loaded."""
-    try:
-        import cupy
-        rt = cupy.cuda.runtime
-        return {"driver_version": rt.driverGetVersion, "ipc_open":
-                lambda h: rt.ipcOpenMemHandle(h, rt.cudaIpcMemLazyEnablePeerAccess),
-                "ipc_close": rt.ipcCloseMemHandle}
-    except ImportError:
-        pass
+    """Runtime functions of the libcudart torch already loaded (cheap), else cupy."""
+    global _RUNTIME
+    if _RUNTIME is not None:
+        return _RUNTIME
     import torch  # noqa: F401  (loads libcudart into the process)
     lib = None
     for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
@@ -167,7 +165,15 @@ def _cuda_runtime():
         except OSError:
             continue
     if lib is None:
-        raise OSError(errno.ENODEV, "no CUDA runtime library found")
+        try:
+            import cupy
+        except ImportError:
+            raise OSError(errno.ENODEV, "no CUDA runtime library found") from None
+        rt = cupy.cuda.runtime
+        _RUNTIME = {"driver_version": rt.driverGetVersion, "ipc_open":
+                    lambda h: rt.ipcOpenMemHandle(h, rt.cudaIpcMemLazyEnablePeerAccess),
+                    "ipc_close": rt.ipcCloseMemHandle}
+        return _RUNTIME
 
     def driver_version():
         v = ctypes.c_int()
@@ -176,6 +182,9 @@ def _cuda_runtime():
 
     class Handle(ctypes.Structure):
         _fields_ = [("reserved", ctypes.c_char * 64)]
+
+    lib.cudaIpcOpenMemHandle.argtypes = [ctypes.POINTER(ctypes.c_void_p), Handle, ctypes.c_uint]
+    lib.cudaIpcCloseMemHandle.argtypes = [ctypes.c_void_p]
 
     def ipc_open(h):
         ptr = ctypes.c_void_p()
@@ -187,7 +196,8 @@ def _cuda_runtime():
     def ipc_close(ptr):
         lib.cudaIpcCloseMemHandle(ctypes.c_void_p(ptr))
 
-    return {"driver_version": driver_version, "ipc_open": ipc_open, "ipc_close": ipc_close}
+    _RUNTIME = {"driver_version": driver_version, "ipc_open": ipc_open, "ipc_close": ipc_close}
+    return _RUNTIME
 
 
 def fingerprint(checkpoint_dir, tp_size=1, tp_rank=0, device=0):
