@@ -46,6 +46,14 @@ def test_hf_checkpoint_attaches_byte_identical(daemon, hf8):
     assert out.startswith("OK")
 
 
+def test_attach_through_the_ctypes_runtime(daemon, hf8):
+    """The client's fallback when cupy is absent: libcudart through ctypes."""
+    if status("hf") is None:
+        artfsctl("load", "hf", hf8, "--gpus", "0")
+    out = finish(engine("compare", MOUNT, "hf", "0", hf8, ARTFS_CUDA_RUNTIME="ctypes"))
+    assert out.startswith("OK")
+
+
 def test_sharded_checkpoint_each_rank(daemon, sharded):
     ranks = min(GPUS, 2)
     artfsctl("load", "sharded", sharded)

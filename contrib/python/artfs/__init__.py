@@ -151,11 +151,16 @@ def _header(path):
 _RUNTIME = None
 
 
-def _cuda_runtime():
-    """Runtime functions of the libcudart torch already loaded (cheap), else cupy."""
-    global _RUNTIME
-    if _RUNTIME is not None:
-        return _RUNTIME
+def _cupy_runtime():
+    import cupy
+    rt = cupy.cuda.runtime
+    return {"driver_version": rt.driverGetVersion,
+            "ipc_open": lambda h: rt.ipcOpenMemHandle(h, rt.cudaIpcMemLazyEnablePeerAccess),
+            "ipc_close": rt.ipcCloseMemHandle}
+
+
+def _ctypes_runtime():
+    """The libcudart torch loaded, through ctypes."""
     import torch  # noqa: F401  (loads libcudart into the process)
     lib = None
     for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
@@ -165,38 +170,46 @@ def _cuda_runtime():
         except OSError:
             continue
     if lib is None:
-        try:
-            import cupy
-        except ImportError:
-            raise OSError(errno.ENODEV, "no CUDA runtime library found") from None
-        rt = cupy.cuda.runtime
-        _RUNTIME = {"driver_version": rt.driverGetVersion, "ipc_open":
-                    lambda h: rt.ipcOpenMemHandle(h, rt.cudaIpcMemLazyEnablePeerAccess),
-                    "ipc_close": rt.ipcCloseMemHandle}
-        return _RUNTIME
+        raise OSError(errno.ENODEV, "no CUDA runtime library found")
+
+    class Handle(ctypes.Structure):  # cudaIpcMemHandle_t, passed by value
+        _fields_ = [("reserved", ctypes.c_ubyte * 64)]
+
+    lib.cudaIpcOpenMemHandle.argtypes = [ctypes.POINTER(ctypes.c_void_p), Handle, ctypes.c_uint]
+    lib.cudaIpcOpenMemHandle.restype = ctypes.c_int
+    lib.cudaIpcCloseMemHandle.argtypes = [ctypes.c_void_p]
+    lib.cudaDriverGetVersion.argtypes = [ctypes.POINTER(ctypes.c_int)]
 
     def driver_version():
         v = ctypes.c_int()
         lib.cudaDriverGetVersion(ctypes.byref(v))
         return v.value
 
-    class Handle(ctypes.Structure):
-        _fields_ = [("reserved", ctypes.c_char * 64)]
-
-    lib.cudaIpcOpenMemHandle.argtypes = [ctypes.POINTER(ctypes.c_void_p), Handle, ctypes.c_uint]
-    lib.cudaIpcCloseMemHandle.argtypes = [ctypes.c_void_p]
-
     def ipc_open(h):
         ptr = ctypes.c_void_p()
-        rc = lib.cudaIpcOpenMemHandle(ctypes.byref(ptr), Handle(h), 1)
+        rc = lib.cudaIpcOpenMemHandle(ctypes.byref(ptr), Handle.from_buffer_copy(bytes(h)), 1)
         if rc != 0:
-            raise OSError(errno.EIO, f"cudaIpcOpenMemHandle failed ({rc})")
+            raise OSError(errno.EIO, f"cudaIpcOpenMemHandle failed (cudaError {rc})")
         return ptr.value
 
     def ipc_close(ptr):
         lib.cudaIpcCloseMemHandle(ctypes.c_void_p(ptr))
 
-    _RUNTIME = {"driver_version": driver_version, "ipc_open": ipc_open, "ipc_close": ipc_close}
+    return {"driver_version": driver_version, "ipc_open": ipc_open, "ipc_close": ipc_close}
+
+
+def _cuda_runtime():
+    """CUDA runtime calls: cupy's, else the libcudart torch loaded through
+    ctypes ($ARTFS_CUDA_RUNTIME=ctypes forces the latter)."""
+    global _RUNTIME
+    if _RUNTIME is None:
+        if os.environ.get("ARTFS_CUDA_RUNTIME") == "ctypes":
+            _RUNTIME = _ctypes_runtime()
+        else:
+            try:
+                _RUNTIME = _cupy_runtime()
+            except ImportError:
+                _RUNTIME = _ctypes_runtime()
     return _RUNTIME
 
 
