@@ -1,8 +1,8 @@
 /* The load pipeline: reader threads pread checkpoint chunks into pinned host
  * buffers (several reads in flight), copy each tensor's part to its slab
  * offset with cudaMemcpyAsync. Weights replicated on several GPUs are read
- * into rank 0 only and then broadcast to the others over NCCL (made while
- * the disk is read), so every byte is read from disk once. */
+ * into rank 0 only; a broadcaster thread sends each range on to the others
+ * over NCCL while the disk is read, so every byte is read from disk once. */
 #include "autoconf.h"
 
 #include <errno.h>
@@ -38,6 +38,12 @@ struct loader {
 	size_t nchunks;
 	_Atomic size_t next;
 	int *fds;
+	/* Replicated weights: ranges of rank 0's slab waiting to be broadcast. */
+	pthread_mutex_t q_mu;
+	pthread_cond_t q_cv;
+	struct range { uint64_t lo, hi; } *q;
+	size_t q_len, q_cap, q_head;
+	bool readers_done;
 	struct nccl_group *nccl;
 	cudaStream_t bstreams[RANKS_MAX];
 	void *slabs[RANKS_MAX];
@@ -175,6 +181,30 @@ static bool copy_chunk(struct loader *ld, struct reader *rd, const struct chunk 
 	return true;
 }
 
+/* Hands a range of rank 0's slab, copied from buffer b, to the broadcaster. */
+static bool enqueue(struct loader *ld, struct reader *rd, int b, uint64_t lo, uint64_t hi)
+{
+	if (!cuda_ok(ld, cudaEventSynchronize(rd->events[b][0]), "cudaEventSynchronize"))
+		return false;
+	rd->used[b] &= ~1ULL;
+	pthread_mutex_lock(&ld->q_mu);
+	if (ld->q_len == ld->q_cap) {
+		size_t cap = ld->q_cap ? ld->q_cap * 2 : 256;
+		struct range *q = realloc(ld->q, cap * sizeof(*q));
+		if (!q) {
+			pthread_mutex_unlock(&ld->q_mu);
+			fail(ld, -ENOMEM, "out of memory");
+			return false;
+		}
+		ld->q = q;
+		ld->q_cap = cap;
+	}
+	ld->q[ld->q_len++] = (struct range){ lo, hi };
+	pthread_cond_signal(&ld->q_cv);
+	pthread_mutex_unlock(&ld->q_mu);
+	return true;
+}
+
 static bool buffer_free(struct loader *ld, struct reader *rd, int b)
 {
 	for (int r = 0; r < ld->l->nranks; r++)
@@ -201,9 +231,11 @@ static void *reader_main(void *arg)
 		if (!buffer_free(ld, rd, b) || !read_chunk(ld, c, rd->buf[b]))
 			break;
 		uint64_t lo, hi;
-		/* Replicated weights go to rank 0 here; the others get rank 0's
-		 * slab over NCCL once everything is in (see spread). */
+		/* Replicated weights go to rank 0 here; the broadcaster sends
+		 * each range on to the other GPUs as soon as it is in. */
 		if (!copy_chunk(ld, rd, c, b, l->replicated ? 0 : c->rank, &lo, &hi))
+			break;
+		if (l->replicated && l->nranks > 1 && hi > lo && !enqueue(ld, rd, b, lo, hi))
 			break;
 		b = (b + 1) % BUFS_PER_READER;
 	}
@@ -248,61 +280,56 @@ static void reader_fini(struct loader *ld, struct reader *rd)
 			cudaFreeHost(rd->buf[k]);
 }
 
-/* NCCL's communicators take a while to make: done while the readers read. */
-static void *open_nccl(void *arg)
+/* Sends rank 0's ranges to the other GPUs while the readers go on: NCCL
+ * (its communicators are made here, meanwhile), or peer copies without it. */
+static void *broadcaster(void *arg)
 {
 	struct loader *ld = arg;
 	struct gpu_load *l = ld->l;
 	int devs[RANKS_MAX];
 	char err[256];
 
-	for (int r = 0; r < l->nranks; r++)
+	for (int r = 0; r < l->nranks; r++) {
 		devs[r] = l->ranks[r].device;
+		cudaSetDevice(devs[r]);
+		if (!cuda_ok(ld, cudaStreamCreateWithFlags(&ld->bstreams[r], cudaStreamNonBlocking),
+			     "cudaStreamCreate"))
+			return NULL;
+	}
 	if (nccl_open(devs, l->nranks, &ld->nccl, err, sizeof(err)) < 0) {
 		fprintf(stderr, "artfs: %s; copying GPU to GPU without NCCL instead\n", err);
 		ld->nccl = NULL;
-		return NULL;
 	}
-	for (int r = 0; r < l->nranks; r++) {
-		cudaSetDevice(l->ranks[r].device);
-		if (cudaStreamCreateWithFlags(&ld->bstreams[r], cudaStreamNonBlocking) != cudaSuccess) {
-			nccl_close(ld->nccl);
-			ld->nccl = NULL;
-			return NULL;
+	for (;;) {
+		pthread_mutex_lock(&ld->q_mu);
+		while (ld->q_head == ld->q_len && !ld->readers_done && !ld->failed)
+			pthread_cond_wait(&ld->q_cv, &ld->q_mu);
+		if (ld->q_head == ld->q_len || ld->failed) {
+			pthread_mutex_unlock(&ld->q_mu);
+			break;
 		}
-	}
-	return NULL;
-}
-
-#define SPREAD_CHUNK (1ULL << 30)
-
-/* Rank 0 holds every replicated byte: broadcast its slab to the other GPUs
- * (NCCL; peer copies where NCCL is missing). Disk is read once. */
-static void spread(struct loader *ld)
-{
-	struct gpu_load *l = ld->l;
-	uint64_t size = l->ranks[0].slab_size;
-	char err[256];
-
-	if (ld->nccl) {
-		for (uint64_t off = 0; off < size && !ld->failed; off += SPREAD_CHUNK) {
-			uint64_t len = size - off < SPREAD_CHUNK ? size - off : SPREAD_CHUNK;
-			int rc = nccl_broadcast(ld->nccl, ld->slabs, off, len, ld->bstreams, err, sizeof(err));
+		struct range r = ld->q[ld->q_head++];
+		pthread_mutex_unlock(&ld->q_mu);
+		if (ld->nccl) {
+			int rc = nccl_broadcast(ld->nccl, ld->slabs, r.lo, r.hi - r.lo, ld->bstreams, err,
+						sizeof(err));
 			if (rc < 0)
 				fail(ld, rc, "%s", err);
+			continue;
 		}
-		l->used_nccl = true;
-	} else {
-		for (int r = 1; r < l->nranks && !ld->failed; r++) {
-			cudaSetDevice(l->ranks[r].device);
-			cuda_ok(ld, cudaMemcpyPeer(ld->slabs[r], l->ranks[r].device, ld->slabs[0],
-						   l->ranks[0].device, size), "cudaMemcpyPeer");
+		for (int k = 1; k < l->nranks; k++) {
+			cudaSetDevice(devs[k]);
+			cuda_ok(ld, cudaMemcpyPeerAsync((char *)ld->slabs[k] + r.lo, devs[k],
+							(char *)ld->slabs[0] + r.lo, devs[0], r.hi - r.lo,
+							ld->bstreams[k]), "cudaMemcpyPeerAsync");
 		}
 	}
 	for (int r = 0; r < l->nranks; r++) {
-		cudaSetDevice(l->ranks[r].device);
-		cuda_ok(ld, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+		cudaSetDevice(devs[r]);
+		cuda_ok(ld, cudaStreamSynchronize(ld->bstreams[r]), "cudaStreamSynchronize");
 	}
+	l->used_nccl = ld->nccl != NULL;
+	return NULL;
 }
 
 void gpu_unload(struct gpu_load *l)
@@ -325,6 +352,8 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	pthread_mutex_init(&ld.err_mu, NULL);
+	pthread_mutex_init(&ld.q_mu, NULL);
+	pthread_cond_init(&ld.q_cv, NULL);
 	atomic_store(&l->bytes_read, 0);
 	l->used_nccl = false;
 
@@ -356,9 +385,9 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
-	pthread_t nccl_thread;
-	bool nccl_started = l->replicated && l->nranks > 1 &&
-			    pthread_create(&nccl_thread, NULL, open_nccl, &ld) == 0;
+	pthread_t bthread;
+	bool broadcasting = l->replicated && l->nranks > 1 &&
+			    pthread_create(&bthread, NULL, broadcaster, &ld) == 0;
 
 	unsigned n = ld.nchunks < READERS_MAX ? (unsigned)ld.nchunks : READERS_MAX;
 	l->readers = n;
@@ -374,17 +403,19 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 	for (unsigned i = 0; i < n; i++)
 		if (readers[i].started)
 			pthread_join(readers[i].thread, NULL);
+	if (broadcasting) {
+		pthread_mutex_lock(&ld.q_mu);
+		ld.readers_done = true;
+		pthread_cond_signal(&ld.q_cv);
+		pthread_mutex_unlock(&ld.q_mu);
+		pthread_join(bthread, NULL);
+	}
 	for (int r = 0; r < l->nranks; r++) {
 		cudaSetDevice(l->ranks[r].device);
 		cuda_ok(&ld, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 	}
 	for (unsigned i = 0; i < READERS_MAX; i++)
 		reader_fini(&ld, &readers[i]);
-	if (nccl_started) {
-		pthread_join(nccl_thread, NULL);
-		if (!ld.failed && !l->cancel)
-			spread(&ld);
-	}
 	if (l->cancel && !ld.failed)
 		fail(&ld, -ECANCELED, "load cancelled");
 	rc = 0;
@@ -393,14 +424,13 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 		snprintf(err, errlen, "%s", ld.err);
 	}
 out:
-	if (ld.nccl) {
-		for (int r = 0; r < l->nranks; r++)
-			if (ld.bstreams[r]) {
-				cudaSetDevice(l->ranks[r].device);
-				cudaStreamDestroy(ld.bstreams[r]);
-			}
-		nccl_close(ld.nccl);
-	}
+	for (int r = 0; r < l->nranks; r++)
+		if (ld.bstreams[r]) {
+			cudaSetDevice(l->ranks[r].device);
+			cudaStreamDestroy(ld.bstreams[r]);
+		}
+	nccl_close(ld.nccl);
+	free(ld.q);
 	if (ld.fds)
 		for (size_t f = 0; f < l->nfiles; f++)
 			if (ld.fds[f] >= 0)
@@ -410,5 +440,7 @@ out:
 	if (rc < 0)
 		gpu_unload(l);
 	pthread_mutex_destroy(&ld.err_mu);
+	pthread_mutex_destroy(&ld.q_mu);
+	pthread_cond_destroy(&ld.q_cv);
 	return rc;
 }
