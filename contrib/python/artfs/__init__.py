@@ -305,7 +305,6 @@ def attach_weights(weight_version, rank=0, checkpoint_dir=None, expect=None, mou
     omitted it is computed from checkpoint_dir. Without an artfs mount the
     checkpoint is loaded from disk (safetensors); any other failure raises
     OSError with the errno of DESIGN.md §4.2."""
-    import torch
     mount = mount_point(mount)
     device = rank if device is None else device
     if not is_artfs_mount(mount):
@@ -321,6 +320,7 @@ def attach_weights(weight_version, rank=0, checkpoint_dir=None, expect=None, mou
             tp = len({int(_SHARD.match(n).group(1)) for n in os.listdir(checkpoint_dir)
                       if _SHARD.match(n)})
         expect = fingerprint(checkpoint_dir, tp, 0 if tp == 1 else rank, device)
+    import torch
     rt = _cuda_runtime()
     torch.cuda.set_device(device)
     path = os.path.join(mount, weight_version, "weights", f"rank{rank}")
