@@ -14,6 +14,7 @@
 #include "expiry.h"
 #include "fs/ops.h"
 #include "log.h"
+#include "scan.h"
 #include "tree.h"
 #include "weights.h"
 
@@ -100,6 +101,7 @@ static int serve(struct tree *t, struct fuse_args *args, struct fuse_cmdline_opt
 	store_note_pid(&t->store);
 	t->forget_entry = fs_forget_entry;
 	t->forget_ctx = se;
+	scan_size_start(t);
 	if (expiry_start(t) < 0)
 		log_err("cannot start the collection thread; ttl= is not enforced");
 	weights_preload(t);

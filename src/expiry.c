@@ -60,6 +60,10 @@ uint64_t expiry_collect(struct tree *t)
 	if (!ttl || !e)
 		return 0;
 	pthread_mutex_lock(&t->lock);
+	if (t->sizing) { /* a version's bytes are not known yet */
+		pthread_mutex_unlock(&t->lock);
+		return 0;
+	}
 	struct candidates c = { .now = tree_now(), .ttl = ttl, .cap = t->idx.versions.count };
 	c.v = calloc(c.cap ? c.cap : 1, sizeof(*c.v));
 	if (c.v)

@@ -68,6 +68,9 @@ struct version {
 
 enum object_state { OBJECT_UPLOADING = 0, OBJECT_COMMITTED, OBJECT_REMOVED };
 
+/* file_size of an object indexed at start and not yet sized (scan.c). */
+#define OBJECT_SIZE_UNKNOWN UINT64_MAX
+
 struct object {
 	struct node node;
 	struct object *next;        /* hash chain */

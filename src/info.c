@@ -60,6 +60,7 @@ static char *render_metrics(struct tree *t)
 	g.bytes_used = t->bytes_used;
 	g.bytes_reserved = t->bytes_reserved;
 	g.uploads = t->uploads;
+	g.sizing = t->sizing;
 	pthread_mutex_unlock(&t->lock);
 	g.capacity = t->cfg->capacity;
 	g.max_object = t->cfg->max_object;

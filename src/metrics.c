@@ -36,6 +36,8 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
 	       g->uploads);
 	metric(f, "artfs_start_time_seconds", "gauge", "Unix time the daemon started.",
 	       (uint64_t)g->started);
+	metric(f, "artfs_store_sizing", "gauge",
+	       "1 while the bytes of a store found at start are being counted.", g->sizing);
 	static const struct { const char *name, *help; } per_version[] = {
 		{ "artfs_version_objects", "Committed objects of one weight version." },
 		{ "artfs_version_bytes", "Committed bytes of one weight version." },

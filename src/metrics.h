@@ -4,6 +4,7 @@
 #define ARTFS_METRICS_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "artfs/artfs.h"
@@ -48,6 +49,7 @@ struct metrics_gauges {
 	uint64_t max_object;
 	uint64_t uploads;
 	int64_t started;
+	bool sizing;         /* the store's bytes are still being counted after a start */
 	struct metrics_version *per_version;
 	size_t nper_version;
 };

@@ -119,6 +119,7 @@ int publish_begin(struct tree *t, struct object *obj, struct handle **h)
  * versions that have expired. */
 static int reserve(struct tree *t, struct upload *u)
 {
+	tree_wait_sized(t); /* capacity needs every stored byte counted */
 	for (int attempt = 0;; attempt++) {
 		pthread_mutex_lock(&t->lock);
 		bool fits = t->bytes_used + t->bytes_reserved + u->total <= t->cfg->capacity;

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,7 +26,6 @@ static int scan_object(void *ctx, const char *name, unsigned char d_type)
 	struct version *v = s->v;
 	uint8_t hash[ARTFS_HASH_BYTES_MAX];
 	size_t len;
-	struct stat st;
 
 	if (strncmp(name, STORE_TMP_PREFIX, sizeof(STORE_TMP_PREFIX) - 1) == 0) {
 		unlinkat(v->dirfd, name, 0);
@@ -37,24 +37,15 @@ static int scan_object(void *ctx, const char *name, unsigned char d_type)
 		s->skipped++;
 		return 0;
 	}
-	if (store_object_stat(v->dirfd, name, &st) < 0) {
-		log_warn("store: ignoring %s/%s: not a regular file", v->name, name);
-		s->skipped++;
-		return 0;
-	}
 	struct object *o = object_new(v, hash, len);
 	if (!o)
 		return -ENOMEM;
-	atomic_store(&o->file_size, (uint64_t)st.st_size);
-	atomic_store(&o->ctime_ns, (uint64_t)st.st_ctim.tv_sec * 1000000000u +
-				       (uint64_t)st.st_ctim.tv_nsec);
+	atomic_store(&o->file_size, OBJECT_SIZE_UNKNOWN);
 	int rc = index_object_insert(&s->t->idx, v, o);
 	node_unref(&o->node, 1);
 	if (rc < 0)
 		return rc;
-	v->bytes += (uint64_t)st.st_size;
 	s->objects++;
-	s->bytes += (uint64_t)st.st_size;
 	return 0;
 }
 
@@ -103,7 +94,8 @@ int scan_store(struct tree *t, char *err, size_t errlen)
 	pthread_mutex_lock(&t->lock);
 	int rc = store_list(t->store.versions_fd, scan_version, &s);
 	t->objects = s.objects;
-	t->bytes_used = s.bytes;
+	t->bytes_used = 0;
+	t->sizing = s.objects > 0;
 	pthread_mutex_unlock(&t->lock);
 	if (rc < 0) {
 		snprintf(err, errlen, "store %s: cannot index it: %s", t->store.path, strerror(-rc));
@@ -111,9 +103,184 @@ int scan_store(struct tree *t, char *err, size_t errlen)
 	}
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
-	log_info("store %s: indexed %llu objects (%llu bytes) in %llu versions in %.0f ms; "
+	log_info("store %s: indexed %llu objects in %llu versions in %.0f ms; "
 		 "dropped %llu temporary files", t->store.path, (unsigned long long)s.objects,
-		 (unsigned long long)s.bytes, (unsigned long long)s.versions, ms,
-		 (unsigned long long)s.dropped);
+		 (unsigned long long)s.versions, ms, (unsigned long long)s.dropped);
 	return 0;
+}
+
+/* ---- sizing in the background --------------------------------------------------- */
+
+#define SIZE_BATCH 4096
+
+struct sizer {
+	struct tree *t;
+	struct version **versions;   /* referenced */
+	size_t nversions;
+	_Atomic size_t next;
+	_Atomic uint64_t objects, bytes;
+	pthread_t threads[4];
+	unsigned nthreads;
+	int64_t started_ns;
+};
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+struct unsized {
+	struct object **o;
+	size_t n, cap;
+};
+
+static void collect_unsized(void *ctx, struct object *o)
+{
+	struct unsized *u = ctx;
+
+	if (atomic_load(&o->file_size) != OBJECT_SIZE_UNKNOWN)
+		return;
+	if (u->n == u->cap) {
+		size_t cap = u->cap ? u->cap * 2 : 1024;
+		struct object **grown = realloc(u->o, cap * sizeof(*grown));
+		if (!grown)
+			return; /* the rest stays unsized: sized by unlink, or at the next start */
+		u->o = grown;
+		u->cap = cap;
+	}
+	node_ref(&o->node);
+	u->o[u->n++] = o;
+}
+
+static void size_version(struct sizer *z, struct version *v)
+{
+	struct tree *t = z->t;
+	struct unsized u = { 0 };
+	char name[ARTFS_HASH_HEX_MAX + 1];
+	uint64_t sizes[SIZE_BATCH];
+	struct stat st;
+
+	pthread_mutex_lock(&t->lock);
+	if (!v->removed)
+		index_each_object(v, collect_unsized, &u);
+	pthread_mutex_unlock(&t->lock);
+	for (size_t i = 0; i < u.n; i += SIZE_BATCH) {
+		size_t n = u.n - i < SIZE_BATCH ? u.n - i : SIZE_BATCH;
+		for (size_t k = 0; k < n; k++) {
+			object_name(u.o[i + k], name);
+			sizes[k] = !t->sizing_stop && store_object_stat(v->dirfd, name, &st) == 0
+					   ? (uint64_t)st.st_size : OBJECT_SIZE_UNKNOWN;
+		}
+		pthread_mutex_lock(&t->lock);
+		for (size_t k = 0; k < n; k++) {
+			struct object *o = u.o[i + k];
+			if (sizes[k] == OBJECT_SIZE_UNKNOWN || o->state != OBJECT_COMMITTED ||
+			    atomic_load(&o->file_size) != OBJECT_SIZE_UNKNOWN)
+				continue;
+			atomic_store(&o->file_size, sizes[k]);
+			t->bytes_used += sizes[k];
+			v->bytes += sizes[k];
+			atomic_fetch_add(&z->objects, 1);
+			atomic_fetch_add(&z->bytes, sizes[k]);
+		}
+		pthread_mutex_unlock(&t->lock);
+	}
+	for (size_t i = 0; i < u.n; i++)
+		node_unref(&u.o[i]->node, 1);
+	free(u.o);
+}
+
+static void *sizer_main(void *arg)
+{
+	struct sizer *z = arg;
+
+	for (;;) {
+		size_t i = atomic_fetch_add(&z->next, 1);
+		if (i >= z->nversions || z->t->sizing_stop)
+			break;
+		size_version(z, z->versions[i]);
+	}
+	return NULL;
+}
+
+/* The last sizing thread to finish opens capacity to publishes. */
+static void *sizer_boss(void *arg)
+{
+	struct sizer *z = arg;
+	struct tree *t = z->t;
+
+	for (unsigned i = 1; i < z->nthreads; i++)
+		pthread_create(&z->threads[i], NULL, sizer_main, z);
+	sizer_main(z);
+	for (unsigned i = 1; i < z->nthreads; i++)
+		pthread_join(z->threads[i], NULL);
+	pthread_mutex_lock(&t->lock);
+	t->sizing = false;
+	pthread_cond_broadcast(&t->sized_cv);
+	pthread_mutex_unlock(&t->lock);
+	if (!t->sizing_stop)
+		log_info("store %s: sized %llu objects, %llu bytes, in %.0f ms", t->store.path,
+			 (unsigned long long)z->objects, (unsigned long long)z->bytes,
+			 (double)(mono_ns() - z->started_ns) / 1e6);
+	return NULL;
+}
+
+static void add_version_ref(void *ctx, struct version *v)
+{
+	struct sizer *z = ctx;
+
+	node_ref(&v->node);
+	z->versions[z->nversions++] = v;
+}
+
+int scan_size_start(struct tree *t)
+{
+	pthread_mutex_lock(&t->lock);
+	bool needed = t->sizing;
+	pthread_mutex_unlock(&t->lock);
+	if (!needed)
+		return 0;
+	struct sizer *z = calloc(1, sizeof(*z));
+	if (!z)
+		return -ENOMEM;
+	z->t = t;
+	z->started_ns = mono_ns();
+	pthread_mutex_lock(&t->lock);
+	z->versions = calloc(t->idx.versions.count + 1, sizeof(*z->versions));
+	if (z->versions)
+		index_each_version(&t->idx, add_version_ref, z);
+	pthread_mutex_unlock(&t->lock);
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	z->nthreads = cpus > 4 ? 4 : cpus < 1 ? 1 : (unsigned)cpus;
+	t->sizer = z;
+	if (!z->versions || pthread_create(&z->threads[0], NULL, sizer_boss, z) != 0) {
+		t->sizer = NULL;
+		free(z->versions);
+		free(z);
+		pthread_mutex_lock(&t->lock);
+		t->sizing = false; /* publishes go on, counting from what is known */
+		pthread_cond_broadcast(&t->sized_cv);
+		pthread_mutex_unlock(&t->lock);
+		log_err("store %s: cannot size the store in the background", t->store.path);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void scan_size_stop(struct tree *t)
+{
+	struct sizer *z = t->sizer;
+
+	if (!z)
+		return;
+	t->sizing_stop = true;
+	pthread_join(z->threads[0], NULL);
+	for (size_t i = 0; i < z->nversions; i++)
+		node_unref(&z->versions[i]->node, 1);
+	free(z->versions);
+	free(z);
+	t->sizer = NULL;
 }

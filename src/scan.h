@@ -1,11 +1,18 @@
 /* Start-up re-index (DESIGN.md §3.5): every name in the store is an object
  * whose publish committed, since names only appear by linking a complete,
- * verified file; leftover temporary files are dropped. */
+ * verified file; leftover temporary files are dropped. The daemon serves as
+ * soon as the names are indexed; sizes for the capacity accounting follow. */
 #ifndef ARTFS_SCAN_H
 #define ARTFS_SCAN_H
 
 #include "tree.h"
 
+/* Indexes every object by name (readdir only: start stays fast); their
+ * sizes are unknown until scan_size_start's threads have counted them. */
 int scan_store(struct tree *t, char *err, size_t errlen);
+/* Sizes the objects found by scan_store in the background. */
+int scan_size_start(struct tree *t);
+/* Stops and joins the sizing threads (shutdown). */
+void scan_size_stop(struct tree *t);
 
 #endif

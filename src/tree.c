@@ -58,6 +58,7 @@ int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_mutex_init(&t->weights_mu, NULL);
 	pthread_cond_init(&t->weights_cv, NULL);
+	pthread_cond_init(&t->sized_cv, NULL);
 	index_init(&t->idx);
 	t->root.type = NODE_ROOT;
 	t->info_dir.type = NODE_INFO_DIR;
@@ -79,6 +80,7 @@ fail:
 
 void tree_close(struct tree *t)
 {
+	scan_size_stop(t);
 	weights_shutdown(t);
 	index_destroy(&t->idx);
 	if (t->store.path)
@@ -86,6 +88,15 @@ void tree_close(struct tree *t)
 	pthread_mutex_destroy(&t->lock);
 	pthread_mutex_destroy(&t->weights_mu);
 	pthread_cond_destroy(&t->weights_cv);
+	pthread_cond_destroy(&t->sized_cv);
+}
+
+void tree_wait_sized(struct tree *t)
+{
+	pthread_mutex_lock(&t->lock);
+	while (t->sizing)
+		pthread_cond_wait(&t->sized_cv, &t->lock);
+	pthread_mutex_unlock(&t->lock);
 }
 
 /* ---- attributes --------------------------------------------------------- */
@@ -425,9 +436,15 @@ int tree_unlink(struct tree *t, struct node *parent, const char *name)
 	if (!o)
 		rc = -ENOENT;
 	else {
+		struct stat st;
+		bytes = atomic_load(&o->file_size);
+		if (bytes == OBJECT_SIZE_UNKNOWN) { /* found at start, not sized yet */
+			bytes = store_object_stat(v->dirfd, name, &st) == 0 ? (uint64_t)st.st_size : 0;
+			t->bytes_used += bytes;
+			v->bytes += bytes;
+		}
 		rc = store_object_remove(v->dirfd, name);
 		if (rc == 0 || rc == -ENOENT) {
-			bytes = atomic_load(&o->file_size);
 			t->bytes_used -= bytes;
 			t->objects--;
 			v->bytes -= bytes;

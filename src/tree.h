@@ -48,6 +48,12 @@ struct tree {
 	pthread_cond_t weights_cv;
 	struct weights *weights;  /* every weights object not yet freed */
 	unsigned loads_running;
+	/* Objects found at start are sized in the background (scan.c): until
+	 * then bytes_used is short and publishes wait on sized_cv. */
+	bool sizing;
+	bool sizing_stop;
+	pthread_cond_t sized_cv;
+	struct sizer *sizer;
 };
 
 /* Seconds for which the kernel may cache what never changes. */
@@ -158,6 +164,8 @@ int tree_listxattr(struct tree *t, struct node *n, char *buf, size_t cap, size_t
 
 int64_t tree_now(void);
 void tree_object_stat(struct tree *t, struct object *o, struct stat *st);
+/* Waits until the store's bytes are all counted (after a start). */
+void tree_wait_sized(struct tree *t);
 /* Marks a version active now (publish or read). */
 void tree_touch(struct version *v);
 

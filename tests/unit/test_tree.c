@@ -12,6 +12,7 @@
 
 #include "envelope.h"
 #include "key.h"
+#include "scan.h"
 #include "sha256.h"
 #include "suites.h"
 #include "tree.h"
@@ -45,6 +46,8 @@ static void reopen(void)
 	char err[256];
 	tree_close(&t);
 	ck_assert_msg(tree_open(&t, &cfg, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(scan_size_start(&t), 0); /* as the daemon does once mounted */
+	tree_wait_sized(&t);
 }
 
 static void stop(void)
