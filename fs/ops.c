@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loop.h"
 #include "ops.h"
 #include "tree.h"
 
@@ -205,13 +206,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		tree_release(t, h);
 }
 
-static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		    struct fuse_file_info *fi)
+static void do_read(fuse_req_t req, struct handle *h, size_t size, off_t off)
 {
 	struct tree *t = tree_of(req);
 	const void *data;
 	size_t len;
-	int rc = tree_read(t, handle_of(fi), (uint64_t)off, size, &data, &len);
+	int rc = tree_read(t, h, (uint64_t)off, size, &data, &len);
 
 	if (rc < 0) {
 		fuse_reply_err(req, -rc);
@@ -219,13 +219,45 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	/* The kernel may deliver RELEASE before this reply's writev returns. */
 	fuse_reply_buf(req, data, len);
-	tree_read_done(t, handle_of(fi));
+	tree_read_done(t, h);
 }
 
-static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
-		     struct fuse_file_info *fi)
+struct read_job {
+	fuse_req_t req;
+	struct handle *h;
+	size_t size;
+	off_t off;
+};
+
+static void read_job(void *arg)
 {
-	int rc = tree_write(tree_of(req), handle_of(fi), (uint64_t)off, buf, size, fi->lock_owner);
+	struct read_job *j = arg;
+
+	do_read(j->req, j->h, j->size, j->off);
+	free(j);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct handle *h = handle_of(fi);
+	struct read_job *j;
+
+	if (tree_read_quick(tree_of(req), h) || !(j = malloc(sizeof(*j)))) {
+		do_read(req, h, size, off);
+		return;
+	}
+	*j = (struct read_job){ req, h, size, off };
+	if (fs_defer(read_job, j) < 0) {
+		free(j);
+		do_read(req, h, size, off);
+	}
+}
+
+static void do_write(fuse_req_t req, struct handle *h, const char *buf, size_t size, off_t off,
+		     uint64_t owner)
+{
+	int rc = tree_write(tree_of(req), h, (uint64_t)off, buf, size, owner);
 
 	if (rc < 0)
 		fuse_reply_err(req, -rc);
@@ -233,9 +265,73 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		fuse_reply_write(req, (size_t)rc);
 }
 
+struct write_job {
+	fuse_req_t req;
+	struct handle *h;
+	off_t off;
+	uint64_t owner;
+	size_t size;
+	char buf[];       /* the request's buffer is reused once the handler returns */
+};
+
+static void write_job(void *arg)
+{
+	struct write_job *j = arg;
+
+	do_write(j->req, j->h, j->buf, j->size, j->off, j->owner);
+	free(j);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct handle *h = handle_of(fi);
+	struct write_job *j;
+
+	if (tree_write_quick(tree_of(req), h, size) || !(j = malloc(sizeof(*j) + size))) {
+		do_write(req, h, buf, size, off, fi->lock_owner);
+		return;
+	}
+	j->req = req;
+	j->h = h;
+	j->off = off;
+	j->owner = fi->lock_owner;
+	j->size = size;
+	memcpy(j->buf, buf, size);
+	if (fs_defer(write_job, j) < 0) {
+		free(j);
+		do_write(req, h, buf, size, off, fi->lock_owner);
+	}
+}
+
+struct flush_job {
+	fuse_req_t req;
+	struct handle *h;
+	uint64_t owner;
+};
+
+static void flush_job(void *arg)
+{
+	struct flush_job *j = arg;
+
+	fuse_reply_err(j->req, -tree_flush(tree_of(j->req), j->h, j->owner));
+	free(j);
+}
+
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	fuse_reply_err(req, -tree_flush(tree_of(req), handle_of(fi), fi->lock_owner));
+	struct handle *h = handle_of(fi);
+	struct flush_job *j;
+
+	if (tree_flush_quick(tree_of(req), h) || !(j = malloc(sizeof(*j)))) {
+		fuse_reply_err(req, -tree_flush(tree_of(req), h, fi->lock_owner));
+		return;
+	}
+	*j = (struct flush_job){ req, h, fi->lock_owner };
+	if (fs_defer(flush_job, j) < 0) {
+		free(j);
+		fuse_reply_err(req, -tree_flush(tree_of(req), h, fi->lock_owner));
+	}
 }
 
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
@@ -249,11 +345,11 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_err(req, 0);
 }
 
-static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void do_opendir(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
 {
 	struct tree *t = tree_of(req);
 	struct handle *h;
-	int rc = tree_opendir(t, node_of(req, ino), &h);
+	int rc = tree_opendir(t, n, &h);
 
 	if (rc < 0) {
 		fuse_reply_err(req, -rc);
@@ -262,6 +358,38 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fi->fh = (uint64_t)(uintptr_t)h;
 	if (fuse_reply_open(req, fi) != 0)
 		tree_releasedir(t, h);
+}
+
+struct opendir_job {
+	fuse_req_t req;
+	struct node *n;
+	struct fuse_file_info fi;
+};
+
+static void opendir_job(void *arg)
+{
+	struct opendir_job *j = arg;
+
+	do_opendir(j->req, j->n, &j->fi);
+	free(j);
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct node *n = node_of(req, ino);
+	struct opendir_job *j;
+
+	if (tree_opendir_quick(tree_of(req), n) || !(j = malloc(sizeof(*j)))) {
+		do_opendir(req, n, fi);
+		return;
+	}
+	j->req = req;
+	j->n = n; /* the kernel holds the inode while the directory opens */
+	j->fi = *fi;
+	if (fs_defer(opendir_job, j) < 0) {
+		free(j);
+		do_opendir(req, n, fi);
+	}
 }
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "expiry.h"
+#include "fs/loop.h"
 #include "fs/ops.h"
 #include "log.h"
 #include "scan.h"
@@ -107,19 +108,10 @@ static int serve(struct tree *t, struct fuse_args *args, struct fuse_cmdline_opt
 	weights_preload(t);
 	log_info("mounted %s (store %s, %llu objects, capacity %llu bytes)", opts->mountpoint,
 		 t->cfg->store, (unsigned long long)t->objects, (unsigned long long)t->cfg->capacity);
-	if (opts->singlethread) {
+	if (opts->singlethread)
 		rc = fuse_session_loop(se);
-	} else {
-		struct fuse_loop_config *lc = fuse_loop_cfg_create();
-		fuse_loop_cfg_set_clone_fd(lc, opts->clone_fd);
-		/* Unset values come as UINT_MAX; libfuse then keeps its defaults. */
-		if (opts->max_idle_threads != UINT_MAX)
-			fuse_loop_cfg_set_idle_threads(lc, opts->max_idle_threads);
-		fuse_loop_cfg_set_max_threads(lc, opts->max_threads != UINT_MAX ? opts->max_threads
-										  : 64);
-		rc = fuse_session_loop_mt(se, lc);
-		fuse_loop_cfg_destroy(lc);
-	}
+	else
+		rc = fs_loop(se, opts->max_threads != UINT_MAX ? opts->max_threads : 64);
 	/* The loop reports the signal that ended it; those are a clean exit. */
 	if (rc == SIGTERM || rc == SIGINT || rc == SIGHUP)
 		rc = 0;

@@ -238,6 +238,13 @@ int object_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
 	return 0;
 }
 
+bool object_read_quick(struct handle *h, size_t limit)
+{
+	struct object_reader *rd = (struct object_reader *)h;
+
+	return rd->loaded || atomic_load(&rd->obj->file_size) <= limit;
+}
+
 void object_release(struct tree *t, struct handle *h)
 {
 	struct object_reader *rd = (struct object_reader *)h;

@@ -20,6 +20,8 @@ int object_open(struct tree *t, struct object *o, struct handle **h, struct tree
 int object_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
 		const void **data, size_t *len);
 void object_release(struct tree *t, struct handle *h);
+/* True when a read needs no verification of more than limit bytes. */
+bool object_read_quick(struct handle *h, size_t limit);
 
 int object_getxattr(struct tree *t, struct object *o, const char *name, char *buf, size_t cap,
 		    size_t *len);

@@ -641,6 +641,42 @@ int tree_flush(struct tree *t, struct handle *h, uint64_t owner)
 	return h->type == HANDLE_UPLOAD ? publish_close(t, h, owner) : 0;
 }
 
+#define QUICK_BYTES (256u << 10)
+
+bool tree_read_quick(struct tree *t, struct handle *h)
+{
+	switch (h->type) {
+	case HANDLE_OBJECT:
+		return object_read_quick(h, QUICK_BYTES);
+	case HANDLE_MATERIALIZE:
+		return false;
+	default:
+		return true;
+	}
+}
+
+bool tree_write_quick(struct tree *t, struct handle *h, size_t len)
+{
+	switch (h->type) {
+	case HANDLE_UPLOAD: /* a publish may wait for the start-up count of bytes */
+		return len <= QUICK_BYTES && !t->sizing;
+	case HANDLE_CONTROL:
+		return false;
+	default:
+		return true;
+	}
+}
+
+bool tree_flush_quick(struct tree *t, struct handle *h)
+{
+	return h->type != HANDLE_CONTROL;
+}
+
+bool tree_opendir_quick(struct tree *t, struct node *n)
+{
+	return n->type != NODE_VERSION || ((struct version *)n)->objects.count < 4096;
+}
+
 unsigned tree_poll(struct tree *t, struct handle *h)
 {
 	(void)t;

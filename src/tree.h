@@ -147,6 +147,14 @@ int tree_opendir(struct tree *t, struct node *n, struct handle **h);
 int tree_readdir(struct tree *t, struct handle *h, size_t i, struct tree_dirent *de);
 void tree_releasedir(struct tree *t, struct handle *h);
 
+/* Whether a request can be answered at once, or may take long enough
+ * (I/O of a large object, a materialized request, a command, a listing of a
+ * large version) to be handed to a worker thread. */
+bool tree_read_quick(struct tree *t, struct handle *h);
+bool tree_write_quick(struct tree *t, struct handle *h, size_t len);
+bool tree_flush_quick(struct tree *t, struct handle *h);
+bool tree_opendir_quick(struct tree *t, struct node *n);
+
 /* poll(): the events an open file reports. rank<k> never becomes ready, so
  * an engine can wait in poll() and learn that the daemon died (POLLERR). */
 unsigned tree_poll(struct tree *t, struct handle *h);
