@@ -47,6 +47,7 @@ struct gpu_rank {
 
 struct gpu_load {
 	const char *const *paths;    /* the files pieces refer to */
+	const uint64_t *sizes;       /* their sizes when their headers were checked */
 	size_t nfiles;
 	struct gpu_rank *ranks;
 	int nranks;

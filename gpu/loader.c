@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
@@ -376,6 +377,12 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 		if (ld.fds[f] < 0) {
 			rc = -errno;
 			snprintf(err, errlen, "%s: %s", l->paths[f], strerror(errno));
+			goto out;
+		}
+		struct stat st;
+		if (l->sizes && (fstat(ld.fds[f], &st) < 0 || (uint64_t)st.st_size != l->sizes[f])) {
+			rc = -EINVAL;
+			snprintf(err, errlen, "%s changed since its header was checked", l->paths[f]);
 			goto out;
 		}
 		posix_fadvise(ld.fds[f], 0, 0, POSIX_FADV_SEQUENTIAL);

@@ -53,6 +53,7 @@ struct weights {
 	char gpus[256];              /* the GPU list, for status */
 	struct checkpoint ckpt;
 	const char **paths;
+	uint64_t *sizes;
 	struct gpu_load load;
 	struct gpu_rank *granks;
 	uint64_t bytes_total;        /* bytes read from disk for a full load */
@@ -128,6 +129,7 @@ void weights_free(struct weights *w)
 	}
 	free(w->granks);
 	free(w->paths);
+	free(w->sizes);
 	free(w->manifest);
 	checkpoint_close(&w->ckpt);
 	pthread_mutex_destroy(&w->mu);
@@ -445,7 +447,8 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 	}
 	w->granks = calloc((size_t)nranks, sizeof(*w->granks));
 	w->paths = calloc(ckpt.nfiles ? ckpt.nfiles : 1, sizeof(*w->paths));
-	rc = w->granks && w->paths ? 0 : -ENOMEM;
+	w->sizes = calloc(ckpt.nfiles ? ckpt.nfiles : 1, sizeof(*w->sizes));
+	rc = w->granks && w->paths && w->sizes ? 0 : -ENOMEM;
 	size_t used = 0;
 	for (int r = 0; r < nranks && rc == 0; r++) {
 		struct weights_rank *wr = &w->ranks[r];
@@ -462,6 +465,7 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 	}
 	for (size_t f = 0; f < ckpt.nfiles && rc == 0; f++) {
 		w->paths[f] = ckpt.files[f].path;
+		w->sizes[f] = ckpt.files[f].st.file_size;
 		w->bytes_total += ckpt.files[f].st.file_size - ckpt.files[f].st.data_start;
 	}
 	if (rc < 0) {
@@ -472,6 +476,7 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 		log_warn("load %s: quantization \"%s\" is not served zero-copy unless allow_quant= "
 			 "names it; attaches will fail with EOPNOTSUPP", wv, ckpt.quant_method);
 	w->load.paths = w->paths;
+	w->load.sizes = w->sizes;
 	w->load.nfiles = ckpt.nfiles;
 	w->load.ranks = w->granks;
 	w->load.nranks = nranks;
