@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "reason.h"
 #include "checkpoint.h"
 #include "sha256.h"
 
@@ -19,21 +19,6 @@
 #define SHARD_PREFIX "model-rank-"
 #define INDEX_NAME "model.safetensors.index.json"
 #define CONFIG_NAME "config.json"
-
-static int fail(int rc, char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(int rc, char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
 
 static bool has_suffix(const char *name, size_t len)
 {
@@ -107,14 +92,14 @@ static int list_files(int dfd, struct checkpoint *c, char *err, size_t errlen)
 		rc = -errno;
 		if (fd >= 0)
 			close(fd);
-		return fail(rc, err, errlen, "%s: %s", c->dir, strerror(-rc));
+		return reason(rc, err, errlen, "%s: %s", c->dir, strerror(-rc));
 	}
 	for (errno = 0; (de = readdir(d)) != NULL; errno = 0) {
 		size_t len = strlen(de->d_name);
 		if (de->d_name[0] == '.' || !has_suffix(de->d_name, len))
 			continue;
 		if (c->nfiles == CHECKPOINT_FILES_MAX) {
-			rc = fail(-EINVAL, err, errlen, "%s: more than %d safetensors files", c->dir,
+			rc = reason(-EINVAL, err, errlen, "%s: more than %d safetensors files", c->dir,
 				  CHECKPOINT_FILES_MAX);
 			goto out;
 		}
@@ -122,7 +107,7 @@ static int list_files(int dfd, struct checkpoint *c, char *err, size_t errlen)
 			size_t ncap = cap ? 2 * cap : 16;
 			struct checkpoint_file *nf = realloc(c->files, ncap * sizeof(*nf));
 			if (!nf) {
-				rc = fail(-ENOMEM, err, errlen, "%s: out of memory", c->dir);
+				rc = reason(-ENOMEM, err, errlen, "%s: out of memory", c->dir);
 				goto out;
 			}
 			c->files = nf;
@@ -133,13 +118,13 @@ static int list_files(int dfd, struct checkpoint *c, char *err, size_t errlen)
 		f->rank = f->part = -1;
 		if (strncmp(de->d_name, SHARD_PREFIX, sizeof(SHARD_PREFIX) - 1) == 0) {
 			if (parse_shard_name(de->d_name, &f->rank, &f->part) < 0) {
-				rc = fail(-EINVAL, err, errlen,
+				rc = reason(-EINVAL, err, errlen,
 					  "%.256s: not a sharded-state name model-rank-<k>-part-<p>.safetensors",
 					  de->d_name);
 				goto out;
 			}
 			if (f->rank >= CHECKPOINT_RANKS_MAX) {
-				rc = fail(-EINVAL, err, errlen, "%.256s: rank %d, more than %d ranks",
+				rc = reason(-EINVAL, err, errlen, "%.256s: rank %d, more than %d ranks",
 					  de->d_name, f->rank, CHECKPOINT_RANKS_MAX);
 				goto out;
 			}
@@ -149,21 +134,21 @@ static int list_files(int dfd, struct checkpoint *c, char *err, size_t errlen)
 		}
 		f->name = strdup(de->d_name);
 		if (!f->name) {
-			rc = fail(-ENOMEM, err, errlen, "%s: out of memory", c->dir);
+			rc = reason(-ENOMEM, err, errlen, "%s: out of memory", c->dir);
 			goto out;
 		}
 		c->nfiles++;
 	}
 	if (errno) {
-		rc = fail(-errno, err, errlen, "%s: %s", c->dir, strerror(errno));
+		rc = reason(-errno, err, errlen, "%s: %s", c->dir, strerror(errno));
 		goto out;
 	}
 	if (c->nfiles == 0) {
-		rc = fail(-ENOENT, err, errlen, "%s: no safetensors files", c->dir);
+		rc = reason(-ENOENT, err, errlen, "%s: no safetensors files", c->dir);
 		goto out;
 	}
 	if (hf && sharded) {
-		rc = fail(-EINVAL, err, errlen,
+		rc = reason(-EINVAL, err, errlen,
 			  "%s: both sharded-state (model-rank-*) and other safetensors files", c->dir);
 		goto out;
 	}
@@ -172,7 +157,7 @@ static int list_files(int dfd, struct checkpoint *c, char *err, size_t errlen)
 	if (sharded) {
 		int *ranks = malloc(c->nfiles * sizeof(*ranks));
 		if (!ranks) {
-			rc = fail(-ENOMEM, err, errlen, "%s: out of memory", c->dir);
+			rc = reason(-ENOMEM, err, errlen, "%s: out of memory", c->dir);
 			goto out;
 		}
 		for (size_t i = 0; i < c->nfiles; i++)
@@ -183,7 +168,7 @@ static int list_files(int dfd, struct checkpoint *c, char *err, size_t errlen)
 			if (ranks[i] == next - 1)
 				continue;
 			if (ranks[i] != next)
-				rc = fail(-EINVAL, err, errlen, "%s: rank %d has no files, rank %d has",
+				rc = reason(-EINVAL, err, errlen, "%s: rank %d has no files, rank %d has",
 					  c->dir, next, ranks[i]);
 			next++;
 		}
@@ -208,25 +193,25 @@ static int read_small(int dfd, const char *name, size_t max, char **buf, size_t 
 	if (fd < 0) {
 		if (errno == ENOENT)
 			return 0;
-		return fail(-errno, err, errlen, "%s: %s", name, strerror(errno));
+		return reason(-errno, err, errlen, "%s: %s", name, strerror(errno));
 	}
 	if (fstat(fd, &st) < 0) {
-		rc = fail(-errno, err, errlen, "%s: %s", name, strerror(errno));
+		rc = reason(-errno, err, errlen, "%s: %s", name, strerror(errno));
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		rc = fail(-EINVAL, err, errlen, "%s: not a regular file", name);
+		rc = reason(-EINVAL, err, errlen, "%s: not a regular file", name);
 		goto out;
 	}
 	if ((uint64_t)st.st_size > max) {
-		rc = fail(-EINVAL, err, errlen, "%s: %lld bytes, more than %zu", name,
+		rc = reason(-EINVAL, err, errlen, "%s: %lld bytes, more than %zu", name,
 			  (long long)st.st_size, max);
 		goto out;
 	}
 	*len = (size_t)st.st_size;
 	*buf = malloc(*len ? *len : 1);
 	if (!*buf) {
-		rc = fail(-ENOMEM, err, errlen, "%s: out of memory", name);
+		rc = reason(-ENOMEM, err, errlen, "%s: out of memory", name);
 		goto out;
 	}
 	for (size_t done = 0; done < *len;) {
@@ -235,7 +220,7 @@ static int read_small(int dfd, const char *name, size_t max, char **buf, size_t 
 			continue;
 		if (r <= 0) {
 			rc = r < 0 ? -errno : -EIO;
-			fail(rc, err, errlen, "%s: read: %s", name, strerror(-rc));
+			reason(rc, err, errlen, "%s: read: %s", name, strerror(-rc));
 			free(*buf);
 			*buf = NULL;
 			goto out;
@@ -261,11 +246,11 @@ static int load_json(int dfd, const char *name, size_t max, json_t **root, char 
 	*root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
 	free(buf);
 	if (!*root)
-		return fail(-EINVAL, err, errlen, "%s: JSON: %s (line %d)", name, jerr.text, jerr.line);
+		return reason(-EINVAL, err, errlen, "%s: JSON: %s (line %d)", name, jerr.text, jerr.line);
 	if (!json_is_object(*root)) {
 		json_decref(*root);
 		*root = NULL;
-		return fail(-EINVAL, err, errlen, "%s: not a JSON object", name);
+		return reason(-EINVAL, err, errlen, "%s: not a JSON object", name);
 	}
 	return 0;
 }
@@ -285,24 +270,24 @@ static int apply_index(int dfd, struct checkpoint *c, json_t **index, json_t **w
 		return rc;
 	json_t *map = json_object_get(*index, "weight_map");
 	if (!json_is_object(map))
-		return fail(-EINVAL, err, errlen, "%s: no weight_map object", INDEX_NAME);
+		return reason(-EINVAL, err, errlen, "%s: no weight_map object", INDEX_NAME);
 	if (json_object_size(map) == 0)
-		return fail(-EINVAL, err, errlen, "%s: weight_map is empty", INDEX_NAME);
+		return reason(-EINVAL, err, errlen, "%s: weight_map is empty", INDEX_NAME);
 
 	bool *used = calloc(c->nfiles, sizeof(*used));
 	if (!used)
-		return fail(-ENOMEM, err, errlen, "%s: out of memory", INDEX_NAME);
+		return reason(-ENOMEM, err, errlen, "%s: out of memory", INDEX_NAME);
 	json_object_foreach(map, tensor, v) {
 		const char *file = json_string_value(v);
 		if (!file) {
-			rc = fail(-EINVAL, err, errlen, "%s: weight_map[\"%.64s\"] is not a string",
+			rc = reason(-EINVAL, err, errlen, "%s: weight_map[\"%.64s\"] is not a string",
 				  INDEX_NAME, tensor);
 			break;
 		}
 		struct checkpoint_file key = { .name = (char *)file };
 		struct checkpoint_file *f = bsearch(&key, c->files, c->nfiles, sizeof(*c->files), by_name);
 		if (!f) {
-			rc = fail(-EINVAL, err, errlen,
+			rc = reason(-EINVAL, err, errlen,
 				  "%s: weight_map puts \"%.64s\" in %.256s, which is not in the directory",
 				  INDEX_NAME, tensor, file);
 			break;
@@ -341,12 +326,12 @@ static int read_headers(int dfd, struct checkpoint *c, char *err, size_t errlen)
 	int rc = sha256_begin(&rev);
 
 	if (rc < 0)
-		return fail(rc, err, errlen, "out of memory");
+		return reason(rc, err, errlen, "out of memory");
 	for (size_t i = 0; i < c->nfiles && rc == 0; i++) {
 		struct checkpoint_file *f = &c->files[i];
 		if (asprintf(&f->path, "%s/%s", c->dir, f->name) < 0) {
 			f->path = NULL;
-			rc = fail(-ENOMEM, err, errlen, "%s: out of memory", f->name);
+			rc = reason(-ENOMEM, err, errlen, "%s: out of memory", f->name);
 			break;
 		}
 		/* Follows symlinks; O_NONBLOCK so that a FIFO cannot hang us
@@ -355,17 +340,17 @@ static int read_headers(int dfd, struct checkpoint *c, char *err, size_t errlen)
 		if (fd < 0) {
 			/* A dangling link is a broken checkpoint, not a missing one. */
 			rc = errno == ENOENT ? -EINVAL : -errno;
-			fail(rc, err, errlen, "%s: %s", f->name, strerror(errno));
+			reason(rc, err, errlen, "%s: %s", f->name, strerror(errno));
 			break;
 		}
 		rc = st_read(fd, &f->st, why, sizeof(why));
 		close(fd);
 		if (rc < 0) {
-			fail(rc, err, errlen, "%s: %s", f->name, why);
+			reason(rc, err, errlen, "%s: %s", f->name, why);
 			break;
 		}
 		if (f->st.count > CHECKPOINT_TENSORS_MAX - c->ntensors) {
-			rc = fail(-EINVAL, err, errlen, "%s: more than %d tensors in the checkpoint",
+			rc = reason(-EINVAL, err, errlen, "%s: more than %d tensors in the checkpoint",
 				  f->name, CHECKPOINT_TENSORS_MAX);
 			break;
 		}
@@ -419,7 +404,7 @@ static int check_names(struct checkpoint *c, json_t *weight_map, char *err, size
 	int rc = 0;
 
 	if (!refs)
-		return fail(-ENOMEM, err, errlen, "%s: out of memory for %zu tensor names", c->dir,
+		return reason(-ENOMEM, err, errlen, "%s: out of memory for %zu tensor names", c->dir,
 			    c->ntensors);
 	for (size_t i = 0; i < c->nfiles; i++)
 		for (size_t t = 0; t < c->files[i].st.count; t++)
@@ -429,9 +414,9 @@ static int check_names(struct checkpoint *c, json_t *weight_map, char *err, size
 		if (by_rank_name(&refs[i - 1], &refs[i]) == 0) {
 			const char *a = c->files[refs[i - 1].file].name, *b = c->files[refs[i].file].name;
 			if (a == b)  /* st_parse refuses duplicate keys; cannot happen */
-				rc = fail(-EINVAL, err, errlen, "%s: tensor \"%.64s\" twice", a, refs[i].name);
+				rc = reason(-EINVAL, err, errlen, "%s: tensor \"%.64s\" twice", a, refs[i].name);
 			else
-				rc = fail(-EINVAL, err, errlen, "%s: tensor \"%.64s\" is also in %s", b,
+				rc = reason(-EINVAL, err, errlen, "%s: tensor \"%.64s\" is also in %s", b,
 					  refs[i].name, a);
 			goto out;
 		}
@@ -439,12 +424,12 @@ static int check_names(struct checkpoint *c, json_t *weight_map, char *err, size
 		const char *file = c->files[refs[i].file].name;
 		const char *mapped = json_string_value(json_object_get(weight_map, refs[i].name));
 		if (!mapped) {
-			rc = fail(-EINVAL, err, errlen, "%s: tensor \"%.64s\" is not in %s's weight_map",
+			rc = reason(-EINVAL, err, errlen, "%s: tensor \"%.64s\" is not in %s's weight_map",
 				  file, refs[i].name, INDEX_NAME);
 			goto out;
 		}
 		if (strcmp(mapped, file) != 0) {
-			rc = fail(-EINVAL, err, errlen, "%s: tensor \"%.64s\" is mapped to %.256s in %s",
+			rc = reason(-EINVAL, err, errlen, "%s: tensor \"%.64s\" is mapped to %.256s in %s",
 				  file, refs[i].name, mapped, INDEX_NAME);
 			goto out;
 		}
@@ -457,9 +442,9 @@ out:
 static int copy_string(char *dst, size_t size, json_t *v, const char *what, char *err, size_t errlen)
 {
 	if (!json_is_string(v))
-		return fail(-EINVAL, err, errlen, "%s: %s is not a string", CONFIG_NAME, what);
+		return reason(-EINVAL, err, errlen, "%s: %s is not a string", CONFIG_NAME, what);
 	if (json_string_length(v) >= size)
-		return fail(-EINVAL, err, errlen, "%s: %s longer than %zu bytes", CONFIG_NAME, what,
+		return reason(-EINVAL, err, errlen, "%s: %s longer than %zu bytes", CONFIG_NAME, what,
 			    size - 1);
 	memcpy(dst, json_string_value(v), json_string_length(v) + 1);
 	return 0;
@@ -477,7 +462,7 @@ static int read_config(int dfd, struct checkpoint *c, char *err, size_t errlen)
 		rc = copy_string(c->architecture, sizeof(c->architecture), json_array_get(arch, 0),
 				 "architectures[0]", err, errlen);
 	else if (arch && !json_is_null(arch) && !json_is_array(arch))
-		rc = fail(-EINVAL, err, errlen, "%s: architectures is not a list", CONFIG_NAME);
+		rc = reason(-EINVAL, err, errlen, "%s: architectures is not a list", CONFIG_NAME);
 	if (rc < 0)
 		goto out;
 
@@ -485,7 +470,7 @@ static int read_config(int dfd, struct checkpoint *c, char *err, size_t errlen)
 	if (!qc || json_is_null(qc))
 		goto out;
 	if (!json_is_object(qc)) {
-		rc = fail(-EINVAL, err, errlen, "%s: quantization_config is not an object", CONFIG_NAME);
+		rc = reason(-EINVAL, err, errlen, "%s: quantization_config is not an object", CONFIG_NAME);
 		goto out;
 	}
 	/* Without a quant_method the checkpoint would pass for unquantized. */
@@ -499,7 +484,7 @@ static int read_config(int dfd, struct checkpoint *c, char *err, size_t errlen)
 	/* Canonical text, so that key order and spacing do not matter. */
 	char *text = json_dumps(qc, JSON_SORT_KEYS | JSON_COMPACT);
 	if (!text) {
-		rc = fail(-ENOMEM, err, errlen, "%s: out of memory", CONFIG_NAME);
+		rc = reason(-ENOMEM, err, errlen, "%s: out of memory", CONFIG_NAME);
 		goto out;
 	}
 	sha256_once(text, strlen(text), c->quant_config_sha256);
@@ -543,11 +528,11 @@ int checkpoint_open(const char *dir, struct checkpoint *c, char *err, size_t err
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0) {
 		rc = errno == ENOENT || errno == ENOTDIR ? -ENOENT : -errno;
-		return fail(rc, err, errlen, "%s: %s", dir, strerror(errno));
+		return reason(rc, err, errlen, "%s: %s", dir, strerror(errno));
 	}
 	c->dir = strdup(dir);
 	if (!c->dir) {
-		rc = fail(-ENOMEM, err, errlen, "%s: out of memory", dir);
+		rc = reason(-ENOMEM, err, errlen, "%s: out of memory", dir);
 		goto out;
 	}
 	rc = list_files(dfd, c, err, errlen);

@@ -1,7 +1,6 @@
 #include "autoconf.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 
 #include "envelope.h"
 #include "key.h"
+#include "reason.h"
 
 static const char *const error_names[ENVELOPE_ERROR_COUNT] = {
 	[ENVELOPE_OK] = "ok",
@@ -49,21 +49,8 @@ enum envelope_error envelope_header_len(const uint8_t prefix[4], uint32_t *heade
 	return h < 1 || h > ARTFS_ENVELOPE_HEADER_MAX ? ENVELOPE_HEADER_LENGTH : ENVELOPE_OK;
 }
 
-static enum envelope_error fail(enum envelope_error err, char *detail, size_t len,
-				const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static enum envelope_error fail(enum envelope_error err, char *detail, size_t len,
-				const char *fmt, ...)
-{
-	va_list ap;
-
-	if (detail && len) {
-		va_start(ap, fmt);
-		vsnprintf(detail, len, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
+/* A refusal and its reason, for the log. */
+#define fail(why, detail, len, ...) ((enum envelope_error)reason((why), (detail), (len), __VA_ARGS__))
 
 static const char *const required_fields[] = {
 	"schema_version", "key", "kind", "field", "dtype", "shape",

@@ -1,7 +1,6 @@
 #include "autoconf.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "reason.h"
 #include "safetensors.h"
 
 static const struct {
@@ -61,21 +61,6 @@ int st_dtype_from_name(const char *name, enum st_dtype *dt)
 	return -EINVAL;
 }
 
-static int fail(int rc, char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(int rc, char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
-
 void st_free(struct st_file *f)
 {
 	free(f->tensors);
@@ -110,10 +95,10 @@ static int check_metadata(json_t *meta, char *err, size_t errlen)
 	if (json_is_null(meta))
 		return 0; /* serde's Option: null is "absent" */
 	if (!json_is_object(meta))
-		return fail(-EINVAL, err, errlen, "__metadata__ is not an object");
+		return reason(-EINVAL, err, errlen, "__metadata__ is not an object");
 	json_object_foreach(meta, key, v)
 		if (!json_is_string(v))
-			return fail(-EINVAL, err, errlen, "__metadata__ \"%.64s\" is not a string", key);
+			return reason(-EINVAL, err, errlen, "__metadata__ \"%.64s\" is not a string", key);
 	return 0;
 }
 
@@ -127,24 +112,24 @@ static int parse_tensor(const char *name, json_t *entry, struct st_tensor *t, ui
 	json_t *offsets = json_object_get(entry, "data_offsets");
 
 	if (!json_is_object(entry))
-		return fail(-EINVAL, err, errlen, "tensor \"%.64s\" is not an object", name);
+		return reason(-EINVAL, err, errlen, "tensor \"%.64s\" is not an object", name);
 	if (json_object_size(entry) != 3 || !dtype || !shape || !offsets)
-		return fail(-EINVAL, err, errlen,
+		return reason(-EINVAL, err, errlen,
 			    "tensor \"%.64s\" does not have exactly dtype, shape and data_offsets", name);
 
 	if (!json_is_string(dtype) || st_dtype_from_name(json_string_value(dtype), &t->dtype) < 0)
-		return fail(-EINVAL, err, errlen, "tensor \"%.64s\": unknown dtype", name);
+		return reason(-EINVAL, err, errlen, "tensor \"%.64s\": unknown dtype", name);
 
 	size_t ndim = json_array_size(shape);
 	if (!json_is_array(shape) || ndim > ST_NDIM_MAX)
-		return fail(-EINVAL, err, errlen, "tensor \"%.64s\": shape is not a list of at most %d integers",
+		return reason(-EINVAL, err, errlen, "tensor \"%.64s\": shape is not a list of at most %d integers",
 			    name, ST_NDIM_MAX);
 	t->ndim = (uint8_t)ndim;
 	uint64_t elems = 1;
 	bool overflow = false;
 	for (size_t i = 0; i < ndim; i++) {
 		if (get_uint(json_array_get(shape, i), &t->shape[i]) < 0)
-			return fail(-EINVAL, err, errlen, "tensor \"%.64s\": shape[%zu] is not an integer >= 0",
+			return reason(-EINVAL, err, errlen, "tensor \"%.64s\": shape[%zu] is not an integer >= 0",
 				    name, i);
 		/* Like the reference, overflow counts even when a later
 		 * dimension is 0. */
@@ -152,20 +137,20 @@ static int parse_tensor(const char *name, json_t *entry, struct st_tensor *t, ui
 	}
 	uint64_t bits;
 	if (overflow || __builtin_mul_overflow(elems, (uint64_t)st_dtype_bits(t->dtype), &bits))
-		return fail(-EINVAL, err, errlen, "tensor \"%.64s\": size of shape overflows", name);
+		return reason(-EINVAL, err, errlen, "tensor \"%.64s\": size of shape overflows", name);
 	if (bits % 8)
-		return fail(-EINVAL, err, errlen, "tensor \"%.64s\": %s data ends inside a byte", name,
+		return reason(-EINVAL, err, errlen, "tensor \"%.64s\": %s data ends inside a byte", name,
 			    st_dtype_name(t->dtype));
 	t->size = bits / 8;
 
 	if (!json_is_array(offsets) || json_array_size(offsets) != 2 ||
 	    get_uint(json_array_get(offsets, 0), begin) < 0 ||
 	    get_uint(json_array_get(offsets, 1), end) < 0)
-		return fail(-EINVAL, err, errlen, "tensor \"%.64s\": data_offsets is not [begin, end]", name);
+		return reason(-EINVAL, err, errlen, "tensor \"%.64s\": data_offsets is not [begin, end]", name);
 	if (*end < *begin)
-		return fail(-EINVAL, err, errlen, "tensor \"%.64s\": data_offsets end before begin", name);
+		return reason(-EINVAL, err, errlen, "tensor \"%.64s\": data_offsets end before begin", name);
 	if (*end - *begin != t->size)
-		return fail(-EINVAL, err, errlen,
+		return reason(-EINVAL, err, errlen,
 			    "tensor \"%.64s\": data_offsets span %llu bytes, dtype and shape need %llu", name,
 			    (unsigned long long)(*end - *begin), (unsigned long long)t->size);
 	return 0;
@@ -201,14 +186,14 @@ static int parse_root(json_t *root, uint64_t data_len, struct st_file *out, char
 		/* jansson refuses NUL in strings, so strlen is the key's length. */
 		size_t len = strlen(name);
 		if (len < 1 || len > ST_NAME_MAX)
-			return fail(-EINVAL, err, errlen, "tensor name of %zu bytes (1..%d)", len, ST_NAME_MAX);
+			return reason(-EINVAL, err, errlen, "tensor name of %zu bytes (1..%d)", len, ST_NAME_MAX);
 		names_len += len + 1;
 		n++;
 	}
 	out->tensors = calloc(n ? n : 1, sizeof(*out->tensors));
 	out->names = malloc(names_len ? names_len : 1);
 	if (!out->tensors || !out->names)
-		return fail(-ENOMEM, err, errlen, "out of memory for %zu tensors", n);
+		return reason(-ENOMEM, err, errlen, "out of memory for %zu tensors", n);
 
 	char *at = out->names;
 	json_object_foreach(root, name, v) {
@@ -232,9 +217,9 @@ static int parse_root(json_t *root, uint64_t data_len, struct st_file *out, char
 	for (size_t i = 0; i < out->count; i++) {
 		struct st_tensor *t = &out->tensors[i];
 		if (t->offset < next)
-			return fail(-EINVAL, err, errlen, "tensor \"%.64s\" overlaps the one before it", t->name);
+			return reason(-EINVAL, err, errlen, "tensor \"%.64s\" overlaps the one before it", t->name);
 		if (t->offset > next)
-			return fail(-EINVAL, err, errlen, "hole of %llu bytes before tensor \"%.64s\"",
+			return reason(-EINVAL, err, errlen, "hole of %llu bytes before tensor \"%.64s\"",
 				    (unsigned long long)(t->offset - next), t->name);
 		next = t->offset + t->size;
 		t->offset += out->data_start;
@@ -242,7 +227,7 @@ static int parse_root(json_t *root, uint64_t data_len, struct st_file *out, char
 	/* The reference's "metadata incomplete buffer": no unindexed bytes, so
 	 * no polyglot files. */
 	if (next != data_len)
-		return fail(-EINVAL, err, errlen, "tensors cover %llu bytes of a %llu-byte data buffer",
+		return reason(-EINVAL, err, errlen, "tensors cover %llu bytes of a %llu-byte data buffer",
 			    (unsigned long long)next, (unsigned long long)data_len);
 	return 0;
 }
@@ -254,16 +239,16 @@ int st_parse(const uint8_t *buf, size_t len, uint64_t file_size, struct st_file 
 
 	memset(out, 0, sizeof(*out));
 	if (len < ST_PREFIX_LEN || file_size < ST_PREFIX_LEN)
-		return fail(-EINVAL, err, errlen, "shorter than the 8-byte header length");
+		return reason(-EINVAL, err, errlen, "shorter than the 8-byte header length");
 	uint64_t n = le64(buf);
 	if (n > ST_HEADER_MAX)
-		return fail(-EINVAL, err, errlen, "header length %llu over %u", (unsigned long long)n,
+		return reason(-EINVAL, err, errlen, "header length %llu over %u", (unsigned long long)n,
 			    ST_HEADER_MAX);
 	if (n > file_size - ST_PREFIX_LEN)
-		return fail(-EINVAL, err, errlen, "header of %llu bytes runs past the end of the file",
+		return reason(-EINVAL, err, errlen, "header of %llu bytes runs past the end of the file",
 			    (unsigned long long)n);
 	if (n > len - ST_PREFIX_LEN)
-		return fail(-EINVAL, err, errlen, "header of %llu bytes cut short", (unsigned long long)n);
+		return reason(-EINVAL, err, errlen, "header of %llu bytes cut short", (unsigned long long)n);
 	out->header_len = n;
 	out->data_start = ST_PREFIX_LEN + n;
 	out->file_size = file_size;
@@ -274,9 +259,9 @@ int st_parse(const uint8_t *buf, size_t len, uint64_t file_size, struct st_file 
 	json_t *root = json_loadb((const char *)buf + ST_PREFIX_LEN, (size_t)n, JSON_REJECT_DUPLICATES,
 				  &jerr);
 	if (!root)
-		return fail(-EINVAL, err, errlen, "header JSON: %s", jerr.text);
+		return reason(-EINVAL, err, errlen, "header JSON: %s", jerr.text);
 	int rc = json_is_object(root) ? parse_root(root, file_size - out->data_start, out, err, errlen)
-				      : fail(-EINVAL, err, errlen, "header JSON is not an object");
+				      : reason(-EINVAL, err, errlen, "header JSON is not an object");
 	json_decref(root);
 	if (rc < 0)
 		st_free(out);
@@ -308,15 +293,15 @@ int st_read(int fd, struct st_file *out, char *err, size_t errlen)
 
 	memset(out, 0, sizeof(*out));
 	if (fstat(fd, &st) < 0)
-		return fail(-errno, err, errlen, "fstat: %s", strerror(errno));
+		return reason(-errno, err, errlen, "fstat: %s", strerror(errno));
 	if (!S_ISREG(st.st_mode))
-		return fail(-EINVAL, err, errlen, "not a regular file");
+		return reason(-EINVAL, err, errlen, "not a regular file");
 	uint64_t size = (uint64_t)st.st_size;
 	if (size < ST_PREFIX_LEN)
-		return fail(-EINVAL, err, errlen, "shorter than the 8-byte header length");
+		return reason(-EINVAL, err, errlen, "shorter than the 8-byte header length");
 	rc = pread_full(fd, prefix, sizeof(prefix), 0);
 	if (rc < 0)
-		return fail(rc, err, errlen, "read: %s", strerror(-rc));
+		return reason(rc, err, errlen, "read: %s", strerror(-rc));
 	uint64_t n = le64(prefix);
 	/* Bound N before allocating for it; st_parse repeats these checks. */
 	if (n > ST_HEADER_MAX || n > size - ST_PREFIX_LEN)
@@ -325,12 +310,12 @@ int st_read(int fd, struct st_file *out, char *err, size_t errlen)
 	size_t raw_len = ST_PREFIX_LEN + (size_t)n;
 	uint8_t *raw = malloc(raw_len);
 	if (!raw)
-		return fail(-ENOMEM, err, errlen, "out of memory for a %zu-byte header", raw_len);
+		return reason(-ENOMEM, err, errlen, "out of memory for a %zu-byte header", raw_len);
 	memcpy(raw, prefix, ST_PREFIX_LEN);
 	rc = pread_full(fd, raw + ST_PREFIX_LEN, (size_t)n, ST_PREFIX_LEN);
 	if (rc < 0) {
 		free(raw);
-		return fail(rc, err, errlen, "read: %s", strerror(-rc));
+		return reason(rc, err, errlen, "read: %s", strerror(-rc));
 	}
 	rc = st_parse(raw, raw_len, size, out, err, errlen);
 	if (rc < 0) {
