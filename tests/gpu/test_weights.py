@@ -150,3 +150,33 @@ def test_killed_daemon_is_seen_by_the_engine(daemon, hf8):
     assert out.startswith("DEAD ENOTCONN"), out + e.stderr.read()
     e.wait(timeout=30)
     daemon.start()
+
+
+def test_preload_from_the_config_file_and_the_disk_fallback(tmp_path):
+    """weights.<wv> = dir in config= loads at mount; without a mount the
+    Python client loads the checkpoint from disk instead."""
+    import conftest
+    small = make_checkpoint("small", 0.1, "--files", "2", "--seed", "5")
+    conf = tmp_path / "artfs.conf"
+    conf.write_text(f"ttl = 0\nweights.pre = {small}\n")
+    mnt, store = str(tmp_path / "mnt"), str(tmp_path / "store")
+    os.makedirs(mnt)
+    proc = subprocess.Popen([os.path.join(conftest.BUILD, "artfs"), "-f", "-o",
+                             f"store={store},config={conf}", mnt],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        st = os.path.join(mnt, "pre", "weights", "status")
+        assert wait_for(lambda: os.path.exists(st) and "state = ready" in open(st).read(), 120)
+        e = engine("compare", mnt, "pre", "0", small)
+        assert finish(e).startswith("OK")
+    finally:
+        subprocess.run(["umount", mnt])
+        proc.wait(timeout=60)
+    code = ("import artfs, torch\n"
+            f"w = artfs.attach_weights('pre', 0, checkpoint_dir={small!r}, mount={mnt!r})\n"
+            "assert all(t.is_cuda for t in w.values()) and len(w) > 0\n"
+            "print('DISK', len(w))\n")
+    env = dict(os.environ, PYTHONPATH=os.path.join(conftest.HERE, "..", "..", "contrib", "python"))
+    r = subprocess.run([__import__("sys").executable, "-c", code], capture_output=True, text=True,
+                       env=env)
+    assert r.returncode == 0 and r.stdout.startswith("DISK"), r.stderr
