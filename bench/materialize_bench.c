@@ -23,12 +23,10 @@
  * to quote. */
 #include "autoconf.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,8 +34,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/vfs.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "array.h"
@@ -45,6 +41,7 @@
 #include "key.h"
 #include "npy.h"
 #include "sha256.h"
+#include "util.h"
 
 #define WV "mbench"
 #define HASH_BYTES 32
@@ -55,7 +52,6 @@
 #define TOP_K 8
 #define ROW_BYTES ((size_t)LAYERS * TOP_K) /* |u1 */
 #define SEED 0x6d62656e63680001ull          /* fixed: same data every run */
-#define FUSE_SUPER_MAGIC 0x65735546
 
 enum side { ARTFS, RAW, SIDES };
 
@@ -94,118 +90,6 @@ struct bench {
 	double (*ns)[SIDES]; /* ns[round][side] */
 };
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fputs("materialize_bench: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
-static void *xmalloc(size_t len)
-{
-	void *p = malloc(len ? len : 1);
-
-	if (!p)
-		die("out of memory (%zu bytes)", len);
-	return p;
-}
-
-static char *xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static char *xprintf(const char *fmt, ...)
-{
-	va_list ap;
-	char *s;
-
-	va_start(ap, fmt);
-	int rc = vasprintf(&s, fmt, ap);
-	va_end(ap);
-	if (rc < 0)
-		die("out of memory");
-	return s;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* splitmix64: deterministic, and enough for names and payload bytes. */
-static uint64_t rng_next(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static void rng_fill(uint64_t *s, uint8_t *buf, size_t len)
-{
-	while (len) {
-		uint64_t v = rng_next(s);
-		size_t k = len < 8 ? len : 8;
-		memcpy(buf, &v, k);
-		buf += k;
-		len -= k;
-	}
-}
-
-static int write_all(int fd, const void *data, size_t len)
-{
-	const uint8_t *buf = data;
-
-	while (len) {
-		ssize_t w = write(fd, buf, len);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (w == 0)
-			return -EIO;
-		buf += w;
-		len -= (size_t)w;
-	}
-	return 0;
-}
-
-/* Removes every entry of dir (a flat directory of objects), then dir itself. */
-static void remove_dir(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-
-	if (!d) {
-		if (errno == ENOENT)
-			return;
-		die("opendir %s: %s", dir, strerror(errno));
-	}
-	while ((errno = 0, e = readdir(d)) != NULL) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		if (unlinkat(dirfd(d), e->d_name, 0) < 0 && errno != ENOENT &&
-		    e->d_name[0] != '.') /* artfs lists its special files; rmdir tells */
-			die("unlink %s/%s: %s", dir, e->d_name, strerror(errno));
-	}
-	if (errno)
-		die("readdir %s: %s", dir, strerror(errno));
-	closedir(d);
-	if (rmdir(dir) < 0 && errno != ENOENT)
-		die("rmdir %s: %s", dir, strerror(errno));
-}
-
 /* ---- setup (not timed) ------------------------------------------------------ */
 
 static size_t rows_of(const struct bench *b, size_t i)
@@ -223,45 +107,35 @@ static void prepare(struct bench *b)
 	struct array_desc whole;
 
 	b->token_end = (uint64_t)BLOCK_ROWS * (b->n - 1) + TAIL_ROWS;
-	memset(&whole, 0, sizeof(whole));
-	if (array_dtype_set(&whole, "|u1") < 0)
-		die("array_dtype_set(|u1) failed");
-	whole.ndim = 3;
-	whole.shape[0] = b->token_end;
-	whole.shape[1] = LAYERS;
-	whole.shape[2] = TOP_K;
+	bench_u1_array(&whole, b->token_end, LAYERS, TOP_K);
 	uint8_t head[NPY_HEADER_MAX];
 	ssize_t h = npy_header(&whole, head, sizeof(head));
 	if (h < 0)
-		die("npy_header: %s", strerror((int)-h));
+		bench_die("npy_header: %s", strerror((int)-h));
 	b->npy_head_len = (size_t)h;
 	b->expect_len = (size_t)h + (size_t)b->token_end * ROW_BYTES;
-	b->expect = xmalloc(b->expect_len);
+	b->expect = bench_xmalloc(b->expect_len);
 	memcpy(b->expect, head, (size_t)h);
 
 	/* The request: token_end, then one hash per line. A request of one
 	 * object (a lone tail) needs block_size, or its 7 rows would be the
 	 * block size and the tail would have to be a block. */
 	size_t cap = 64 + b->n * (HASH_HEX + 1);
-	b->request = xmalloc(cap);
+	b->request = bench_xmalloc(cap);
 	int w = snprintf(b->request, cap, "token_end %" PRIu64 "\n", b->token_end);
 	if (b->n == 1)
 		w += snprintf(b->request + w, cap - (size_t)w, "block_size %d\n", BLOCK_ROWS);
 	b->request_len = (size_t)w;
 
 	memset(&env, 0, sizeof(env));
-	if (array_dtype_set(&env.array, "|u1") < 0)
-		die("array_dtype_set(|u1) failed");
-	env.array.ndim = 3;
-	env.array.shape[1] = LAYERS;
-	env.array.shape[2] = TOP_K;
+	bench_u1_array(&env.array, 0, LAYERS, TOP_K); /* rows: per object, below */
 	size_t at = (size_t)h;
 	for (size_t i = 0; i < b->n; i++) {
 		struct object *o = &b->obj[i];
 		size_t rows = rows_of(b, i), len = rows * ROW_BYTES;
 
-		rng_fill(&rng, o->hash, HASH_BYTES);
-		rng_fill(&rng, payload, len);
+		bench_rng_fill(&rng, o->hash, HASH_BYTES);
+		bench_rng_fill(&rng, payload, len);
 		key_hex(o->hash, HASH_BYTES, o->hex);
 		key_derive(WV, o->hash, HASH_BYTES, key);
 		memcpy(env.key, key, sizeof(env.key));
@@ -271,7 +145,7 @@ static void prepare(struct bench *b)
 		sha256_once(payload, len, env.payload_sha256);
 		int rc = envelope_encode(&env, payload, len, &o->envelope, &o->envelope_len);
 		if (rc < 0)
-			die("envelope_encode: %s", strerror(-rc));
+			bench_die("envelope_encode: %s", strerror(-rc));
 		if (o->envelope_len > b->scratch_cap)
 			b->scratch_cap = o->envelope_len;
 		memcpy(b->expect + at, payload, len);
@@ -279,7 +153,7 @@ static void prepare(struct bench *b)
 		memcpy(b->request + b->request_len, o->hex, HASH_HEX);
 		b->request[b->request_len + HASH_HEX] = '\n';
 		b->request_len += HASH_HEX + 1;
-		o->raw_path = xprintf("%s/%s", b->raw_dir, o->hex);
+		o->raw_path = bench_xprintf("%s/%s", b->raw_dir, o->hex);
 	}
 }
 
@@ -287,25 +161,10 @@ static void publish(struct bench *b)
 {
 	for (size_t i = 0; i < b->n; i++) {
 		struct object *o = &b->obj[i];
-		char *path = xprintf("%s/%s", b->artfs_dir, o->hex);
-		int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd < 0)
-			die("artfs open %s: %s", path, strerror(errno));
-		int rc = write_all(fd, o->envelope, o->envelope_len);
-		if (rc < 0)
-			die("artfs write %s: %s", path, strerror(-rc));
-		if (close(fd) != 0)
-			die("artfs close %s (the publish result): %s", path, strerror(errno));
+		char *path = bench_xprintf("%s/%s", b->artfs_dir, o->hex);
+		bench_write_file("artfs", path, o->envelope, o->envelope_len, true);
 		free(path);
-
-		fd = open(o->raw_path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd < 0)
-			die("raw open %s: %s", o->raw_path, strerror(errno));
-		rc = write_all(fd, o->envelope, o->envelope_len);
-		if (rc < 0)
-			die("raw write %s: %s", o->raw_path, strerror(-rc));
-		if (close(fd) != 0)
-			die("raw close %s: %s", o->raw_path, strerror(errno));
+		bench_write_file("raw", o->raw_path, o->envelope, o->envelope_len, false);
 	}
 }
 
@@ -315,31 +174,31 @@ static uint64_t run_artfs(struct bench *b)
 {
 	uint8_t *out = b->out[ARTFS];
 	size_t off = 0;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 
 	int fd = open(b->mat_path, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
-		die("open %s: %s", b->mat_path, strerror(errno));
-	int rc = write_all(fd, b->request, b->request_len);
+		bench_die("open %s: %s", b->mat_path, strerror(errno));
+	int rc = bench_write_all(fd, b->request, b->request_len);
 	if (rc < 0)
-		die("write %s: %s", b->mat_path, strerror(-rc));
+		bench_die("write %s: %s", b->mat_path, strerror(-rc));
 	for (;;) {
 		if (off == b->out_cap)
-			die("%s: more than %zu bytes, expected %zu", b->mat_path, b->out_cap,
-			    b->expect_len);
+			bench_die("%s: more than %zu bytes, expected %zu", b->mat_path, b->out_cap,
+				  b->expect_len);
 		ssize_t r = pread(fd, out + off, b->out_cap - off, (off_t)off);
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
-			die("read %s: %s", b->mat_path, strerror(errno));
+			bench_die("read %s: %s", b->mat_path, strerror(errno));
 		}
 		if (r == 0)
 			break;
 		off += (size_t)r;
 	}
 	if (close(fd) != 0)
-		die("close %s: %s", b->mat_path, strerror(errno));
-	uint64_t t = now_ns() - t0;
+		bench_die("close %s: %s", b->mat_path, strerror(errno));
+	uint64_t t = bench_now_ns() - t0;
 	b->got[ARTFS] = off;
 	return t;
 }
@@ -347,31 +206,16 @@ static uint64_t run_artfs(struct bench *b)
 /* Reads one raw file whole into the scratch buffer; returns its length. */
 static size_t read_raw_file(struct bench *b, const char *path)
 {
-	size_t off = 0;
+	size_t off;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
-		die("raw open %s: %s", path, strerror(errno));
-	for (;;) {
-		if (off == b->scratch_cap) {
-			uint8_t extra;
-			ssize_t r = read(fd, &extra, 1);
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r != 0)
-				die("raw %s: longer than %zu bytes", path, b->scratch_cap);
-			break;
-		}
-		ssize_t r = read(fd, b->scratch + off, b->scratch_cap - off);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			die("raw read %s: %s", path, strerror(errno));
-		}
-		if (r == 0)
-			break;
-		off += (size_t)r;
-	}
+		bench_die("raw open %s: %s", path, strerror(errno));
+	int rc = bench_read_all(fd, b->scratch, b->scratch_cap, true, &off);
+	if (rc < 0 && off < b->scratch_cap)
+		bench_die("raw read %s: %s", path, strerror(-rc));
+	if (rc != 0) /* also a failed read of the byte past scratch_cap */
+		bench_die("raw %s: longer than %zu bytes", path, b->scratch_cap);
 	close(fd);
 	return off;
 }
@@ -380,14 +224,11 @@ static size_t read_raw_file(struct bench *b, const char *path)
 static uint64_t run_raw(struct bench *b)
 {
 	struct envelope env, first;
-	char detail[160];
-	char want[ARTFS_KEY_LEN + 1];
-	uint8_t sha[32];
 	uint8_t *out = b->out[RAW];
 	size_t at = 0;
 	uint64_t start = 0;
 	const uint64_t block_size = BLOCK_ROWS; /* the rows of a full block */
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 
 	memset(&first, 0, sizeof(first));
 	for (size_t i = 0; i < b->n; i++) {
@@ -395,19 +236,8 @@ static uint64_t run_raw(struct bench *b)
 		size_t len = read_raw_file(b, o->raw_path);
 		const uint8_t *s = b->scratch;
 
-		enum envelope_error err = envelope_parse(s, len, &env, detail, sizeof(detail));
-		if (err != ENVELOPE_OK)
-			die("raw %s: %s: %s", o->raw_path, envelope_error_name(err), detail);
-		if (envelope_total_len(&env) != len)
-			die("raw %s: %zu bytes, envelope says %" PRIu64, o->raw_path, len,
-			    envelope_total_len(&env));
-		key_derive(WV, o->hash, HASH_BYTES, want);
-		if (strcmp(env.key, want) != 0)
-			die("raw %s: key is not the key of this name", o->raw_path);
+		bench_check_raw_envelope(o->raw_path, s, len, WV, o->hash, HASH_BYTES, &env);
 		const uint8_t *payload = s + len - env.payload_len;
-		sha256_once(payload, env.payload_len, sha);
-		if (memcmp(sha, env.payload_sha256, 32) != 0)
-			die("raw %s: payload checksum mismatch", o->raw_path);
 
 		/* Layout, as §3.4 and vLLM's connector check it. */
 		uint64_t rows = env.array.shape[0];
@@ -416,27 +246,27 @@ static uint64_t run_raw(struct bench *b)
 		if (i == 0)
 			first = env;
 		if (env.source_token_start != start)
-			die("raw object %zu starts at %" PRIu64 ", expected %" PRIu64, i,
-			    env.source_token_start, start);
+			bench_die("raw object %zu starts at %" PRIu64 ", expected %" PRIu64, i,
+				  env.source_token_start, start);
 		if (start >= b->token_end || rows != rows_want)
-			die("raw object %zu has %" PRIu64 " rows, expected %" PRIu64, i, rows,
-			    rows_want);
+			bench_die("raw object %zu has %" PRIu64 " rows, expected %" PRIu64, i, rows,
+				  rows_want);
 		if (env.kind != (rows == block_size ? ENVELOPE_BLOCK : ENVELOPE_TAIL))
-			die("raw object %zu is a %s", i, envelope_kind_name(env.kind));
+			bench_die("raw object %zu is a %s", i, envelope_kind_name(env.kind));
 		if (memcmp(env.array.dtype, first.array.dtype, sizeof(env.array.dtype)) != 0 ||
 		    env.array.ndim != first.array.ndim ||
 		    memcmp(env.array.shape + 1, first.array.shape + 1,
 			   (size_t)(env.array.ndim - 1) * sizeof(env.array.shape[0])) != 0)
-			die("raw object %zu: dtype or shape[1:] differ from object 0", i);
+			bench_die("raw object %zu: dtype or shape[1:] differ from object 0", i);
 		if (b->npy_head_len + at + env.payload_len > b->out_cap)
-			die("raw: the concatenation outgrows its buffer");
+			bench_die("raw: the concatenation outgrows its buffer");
 		memcpy(out + b->npy_head_len + at, payload, env.payload_len);
 		at += env.payload_len;
 		start += rows;
 	}
 	if (start != b->token_end)
-		die("raw: objects hold %" PRIu64 " rows, token_end is %" PRIu64, start,
-		    b->token_end);
+		bench_die("raw: objects hold %" PRIu64 " rows, token_end is %" PRIu64, start,
+			  b->token_end);
 
 	/* The header of the whole shape, in front of the rows. */
 	struct array_desc whole = first.array;
@@ -444,10 +274,10 @@ static uint64_t run_raw(struct bench *b)
 	uint8_t head[NPY_HEADER_MAX];
 	ssize_t h = npy_header(&whole, head, sizeof(head));
 	if (h < 0 || (size_t)h != b->npy_head_len)
-		die("raw: npy_header of the whole shape: %zd bytes, expected %zu", h,
-		    b->npy_head_len);
+		bench_die("raw: npy_header of the whole shape: %zd bytes, expected %zu", h,
+			  b->npy_head_len);
 	memcpy(out, head, (size_t)h);
-	uint64_t t = now_ns() - t0;
+	uint64_t t = bench_now_ns() - t0;
 	b->got[RAW] = b->npy_head_len + at;
 	return t;
 }
@@ -464,36 +294,26 @@ static void check(const struct bench *b, const char *when)
 {
 	for (int s = 0; s < SIDES; s++) {
 		if (b->got[s] != b->expect_len)
-			die("%s: %s produced %zu bytes, expected %zu", when, side_names[s], b->got[s],
-			    b->expect_len);
+			bench_die("%s: %s produced %zu bytes, expected %zu", when, side_names[s],
+				  b->got[s], b->expect_len);
 		if (memcmp(b->out[s], b->expect, b->npy_head_len) != 0)
-			die("%s: %s: .npy header differs from numpy.save's", when, side_names[s]);
+			bench_die("%s: %s: .npy header differs from numpy.save's", when,
+				  side_names[s]);
 		if (memcmp(b->out[s], b->expect, b->expect_len) != 0)
-			die("%s: %s: array bytes differ from the published payloads", when,
-			    side_names[s]);
+			bench_die("%s: %s: array bytes differ from the published payloads", when,
+				  side_names[s]);
 	}
+	/* implied above; said anyway */
 	if (memcmp(b->out[ARTFS], b->out[RAW], b->expect_len) != 0)
-		die("%s: artfs and raw results differ", when); /* implied above; said anyway */
+		bench_die("%s: artfs and raw results differ", when);
 }
 
 /* ---- report --------------------------------------------------------------------- */
 
-static int cmp_double(const void *x, const void *y)
-{
-	double a = *(const double *)x, c = *(const double *)y;
-	return (a > c) - (a < c);
-}
-
-static double median(double *v, unsigned n)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void report(const struct bench *b)
 {
 	unsigned n = b->rounds;
-	double *v = xmalloc(n * sizeof(*v));
+	double *v = bench_xmalloc(n * sizeof(*v));
 	double med[SIDES], best_t[SIDES];
 
 	for (int s = 0; s < SIDES; s++) {
@@ -503,7 +323,7 @@ static void report(const struct bench *b)
 			if (r == 0 || v[r] < best_t[s])
 				best_t[s] = v[r];
 		}
-		med[s] = median(v, n);
+		med[s] = bench_median(v, n);
 	}
 	double best = 0;
 	for (unsigned r = 0; r < n; r++) {
@@ -511,7 +331,7 @@ static void report(const struct bench *b)
 		if (v[r] > best)
 			best = v[r];
 	}
-	double ratio_med = median(v, n);
+	double ratio_med = bench_median(v, n);
 	double mb = (double)b->expect_len / 1e6;
 
 	printf("\nrequest: %zu objects (%zu blocks of (%d, %d, %d) + 1 tail of %d rows) |u1, "
@@ -542,100 +362,59 @@ static void usage(void)
 	exit(2);
 }
 
-static bool parse_count(const char *s, unsigned long max, unsigned long *out)
-{
-	char *end;
-
-	if (!*s || *s == '-' || *s == '+')
-		return false;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || *end || v == 0 || v > max)
-		return false;
-	*out = v;
-	return true;
-}
-
 int main(int argc, char **argv)
 {
 	struct bench b;
-	const char *pos[4];
-	int npos = 0;
-	unsigned long v;
-	struct stat st;
-	struct statfs sfs;
+	struct bench_mount_args args = { .count = 2048, .rounds = 5 };
 
-	memset(&b, 0, sizeof(b));
-	b.n = 2048;
-	b.rounds = 5;
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--keep") == 0)
-			b.keep = true;
-		else if (argv[i][0] == '-' && argv[i][1])
-			usage();
-		else if (npos < 4)
-			pos[npos++] = argv[i];
-		else
-			usage();
-	}
-	if (npos < 2)
-		usage();
-	b.mnt = pos[0];
-	b.raw = pos[1];
+	bench_progname = "materialize_bench";
 	/* The daemon takes at most MATERIALIZE_BLOCKS_MAX (1 << 20) hashes. */
-	if (npos > 2) {
-		if (!parse_count(pos[2], 1u << 20, &v))
-			usage();
-		b.n = v;
-	}
-	if (npos > 3) {
-		if (!parse_count(pos[3], 1000, &v))
-			usage();
-		b.rounds = (unsigned)v;
-	}
-	if (stat(b.mnt, &st) < 0 || !S_ISDIR(st.st_mode))
-		die("%s is not a directory (mount artfs there first)", b.mnt);
-	if (statfs(b.mnt, &sfs) < 0 || sfs.f_type != FUSE_SUPER_MAGIC)
-		die("%s is not a FUSE mount (mount artfs there first)", b.mnt);
+	if (!bench_parse_mount_args(argc, argv, 1u << 20, 1000, &args))
+		usage();
+	memset(&b, 0, sizeof(b));
+	b.mnt = args.mnt;
+	b.raw = args.raw;
+	b.n = args.count;
+	b.rounds = (unsigned)args.rounds;
+	b.keep = args.keep;
+	bench_require_fuse_mount(b.mnt);
 	if ((size_t)snprintf(b.artfs_dir, sizeof(b.artfs_dir), "%s/%s", b.mnt, WV) >=
 		    sizeof(b.artfs_dir) ||
 	    (size_t)snprintf(b.raw_dir, sizeof(b.raw_dir), "%s/%s", b.raw, WV) >=
 		    sizeof(b.raw_dir) ||
 	    (size_t)snprintf(b.mat_path, sizeof(b.mat_path), "%s/%s", b.artfs_dir,
 			     ARTFS_MATERIALIZE_NAME) >= sizeof(b.mat_path))
-		die("path too long");
+		bench_die("path too long");
 
-	b.obj = xmalloc(b.n * sizeof(*b.obj));
+	b.obj = bench_xmalloc(b.n * sizeof(*b.obj));
 	memset(b.obj, 0, b.n * sizeof(*b.obj));
-	b.ns = xmalloc(b.rounds * sizeof(*b.ns));
+	b.ns = bench_xmalloc(b.rounds * sizeof(*b.ns));
 	prepare(&b);
 	/* Result buffers with room for a page more than expected, so that a
 	 * longer answer is seen; pre-faulted, like the scratch buffer. */
 	b.out_cap = b.expect_len + 4096;
 	for (int s = 0; s < SIDES; s++) {
-		b.out[s] = xmalloc(b.out_cap);
+		b.out[s] = bench_xmalloc(b.out_cap);
 		memset(b.out[s], 0, b.out_cap);
 	}
-	b.scratch = xmalloc(b.scratch_cap);
+	b.scratch = bench_xmalloc(b.scratch_cap);
 	memset(b.scratch, 0, b.scratch_cap);
 
 	/* Leftovers of an earlier run, then the objects (not timed). */
 	if (mkdir(b.raw, 0755) == 0)
 		b.made_raw = true;
 	else if (errno != EEXIST)
-		die("mkdir %s: %s", b.raw, strerror(errno));
-	remove_dir(b.artfs_dir);
-	remove_dir(b.raw_dir);
-	if (mkdir(b.artfs_dir, 0755) < 0)
-		die("mkdir %s: %s", b.artfs_dir, strerror(errno));
-	if (mkdir(b.raw_dir, 0755) < 0)
-		die("mkdir %s: %s", b.raw_dir, strerror(errno));
+		bench_die("mkdir %s: %s", b.raw, strerror(errno));
+	bench_remove_dir(b.artfs_dir);
+	bench_remove_dir(b.raw_dir);
+	bench_make_dir(b.artfs_dir);
+	bench_make_dir(b.raw_dir);
 	printf("materialize_bench: artfs %s vs raw %s, %zu objects, %u rounds\n", b.mat_path,
 	       b.raw_dir, b.n, b.rounds);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 	publish(&b);
 	printf("published %zu objects to both stores in %.2f s (setup, not a result)\n", b.n,
-	       (double)(now_ns() - t0) / 1e9);
+	       (double)(bench_now_ns() - t0) / 1e9);
 
 	/* Warm-up: the first materialize reads and verifies every object in the
 	 * daemon; the first raw pass warms the dentry cache and the code. */
@@ -664,15 +443,15 @@ int main(int argc, char **argv)
 
 	if (!b.keep) {
 		for (size_t i = 0; i < b.n; i++) {
-			char *path = xprintf("%s/%s", b.artfs_dir, b.obj[i].hex);
+			char *path = bench_xprintf("%s/%s", b.artfs_dir, b.obj[i].hex);
 			if (unlink(path) < 0)
-				die("unlink %s: %s", path, strerror(errno));
+				bench_die("unlink %s: %s", path, strerror(errno));
 			free(path);
 			if (unlink(b.obj[i].raw_path) < 0)
-				die("unlink %s: %s", b.obj[i].raw_path, strerror(errno));
+				bench_die("unlink %s: %s", b.obj[i].raw_path, strerror(errno));
 		}
-		remove_dir(b.artfs_dir);
-		remove_dir(b.raw_dir);
+		bench_remove_dir(b.artfs_dir);
+		bench_remove_dir(b.raw_dir);
 		if (b.made_raw && rmdir(b.raw) < 0)
 			fprintf(stderr, "materialize_bench: rmdir %s: %s (left in place)\n", b.raw,
 				strerror(errno));

@@ -14,21 +14,16 @@
  * rounds is the number to quote. */
 #include "autoconf.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <sys/types.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "array.h"
@@ -36,6 +31,7 @@
 #include "key.h"
 #include "npy.h"
 #include "sha256.h"
+#include "util.h"
 
 #define WV "bench"
 #define HASH_BYTES 32
@@ -45,7 +41,6 @@
 #define SHAPE2 8
 #define PAYLOAD_LEN ((size_t)SHAPE0 * SHAPE1 * SHAPE2) /* |u1 */
 #define SEED 0x5233626e63680001ull                     /* fixed: same data every run */
-#define FUSE_SUPER_MAGIC 0x65735546
 
 enum phase { PUBLISH, FIRST_READ, WARM_READ, PHASES };
 enum store { ARTFS, RAW, STORES };
@@ -89,148 +84,16 @@ struct bench {
 	double (*ns)[PHASES][STORES];
 };
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fputs("r3_bench: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
-static void *xmalloc(size_t len)
-{
-	void *p = malloc(len ? len : 1);
-
-	if (!p)
-		die("out of memory (%zu bytes)", len);
-	return p;
-}
-
-static char *xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static char *xprintf(const char *fmt, ...)
-{
-	va_list ap;
-	char *s;
-
-	va_start(ap, fmt);
-	int rc = vasprintf(&s, fmt, ap);
-	va_end(ap);
-	if (rc < 0)
-		die("out of memory");
-	return s;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* splitmix64: deterministic, and enough for names and payload bytes. */
-static uint64_t rng_next(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static void rng_fill(uint64_t *s, uint8_t *buf, size_t len)
-{
-	while (len) {
-		uint64_t v = rng_next(s);
-		size_t k = len < 8 ? len : 8;
-		memcpy(buf, &v, k);
-		buf += k;
-		len -= k;
-	}
-}
-
-static int write_all(int fd, const uint8_t *buf, size_t len)
-{
-	while (len) {
-		ssize_t w = write(fd, buf, len);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (w == 0)
-			return -EIO;
-		buf += w;
-		len -= (size_t)w;
-	}
-	return 0;
-}
-
 /* Reads until EOF into buf; returns the byte count, SIZE_MAX if the file is
  * longer than cap, and dies on an error. */
 static size_t read_all(int fd, uint8_t *buf, size_t cap, const char *path)
 {
-	size_t off = 0;
+	size_t len;
+	int rc = bench_read_all(fd, buf, cap, true, &len);
 
-	for (;;) {
-		if (off == cap) {
-			uint8_t extra;
-			ssize_t r = read(fd, &extra, 1);
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r < 0)
-				die("read %s: %s", path, strerror(errno));
-			return r == 0 ? off : SIZE_MAX;
-		}
-		ssize_t r = read(fd, buf + off, cap - off);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			die("read %s: %s", path, strerror(errno));
-		}
-		if (r == 0)
-			return off;
-		off += (size_t)r;
-	}
-}
-
-/* Removes every entry of dir (a flat directory of objects), then dir itself. */
-static void remove_dir(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-
-	if (!d) {
-		if (errno == ENOENT)
-			return;
-		die("opendir %s: %s", dir, strerror(errno));
-	}
-	while ((errno = 0, e = readdir(d)) != NULL) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		if (unlinkat(dirfd(d), e->d_name, 0) < 0 && errno != ENOENT &&
-		    e->d_name[0] != '.') /* artfs lists its special files; rmdir tells */
-			die("unlink %s/%s: %s", dir, e->d_name, strerror(errno));
-	}
-	if (errno)
-		die("readdir %s: %s", dir, strerror(errno));
-	closedir(d);
-	if (rmdir(dir) < 0 && errno != ENOENT)
-		die("rmdir %s: %s", dir, strerror(errno));
-}
-
-static void make_dir(const char *dir)
-{
-	if (mkdir(dir, 0755) < 0)
-		die("mkdir %s: %s", dir, strerror(errno));
+	if (rc < 0)
+		bench_die("read %s: %s", path, strerror(-rc));
+	return rc ? SIZE_MAX : len;
 }
 
 /* Hashes, payloads and envelopes of one round; nothing here is timed. */
@@ -241,32 +104,28 @@ static void prepare_round(struct bench *b)
 	char hex[HASH_HEX + 1];
 
 	memset(&env, 0, sizeof(env));
-	if (array_dtype_set(&env.array, "|u1") < 0)
-		die("array_dtype_set(|u1) failed");
-	env.array.ndim = 3;
-	env.array.shape[0] = SHAPE0;
-	env.array.shape[1] = SHAPE1;
-	env.array.shape[2] = SHAPE2;
+	bench_u1_array(&env.array, SHAPE0, SHAPE1, SHAPE2);
 	env.kind = ENVELOPE_BLOCK;
 	env.source_token_start = 0;
 
 	for (size_t i = 0; i < b->n; i++) {
 		struct object *o = &b->obj[i];
 
-		rng_fill(&b->rng, o->hash, HASH_BYTES);
-		rng_fill(&b->rng, payload, PAYLOAD_LEN);
+		bench_rng_fill(&b->rng, o->hash, HASH_BYTES);
+		bench_rng_fill(&b->rng, payload, PAYLOAD_LEN);
 		key_hex(o->hash, HASH_BYTES, hex);
 		key_derive(WV, o->hash, HASH_BYTES, o->key);
 		memcpy(env.key, o->key, sizeof(env.key));
 		sha256_once(payload, PAYLOAD_LEN, env.payload_sha256);
 		int rc = envelope_encode(&env, payload, PAYLOAD_LEN, &o->envelope, &o->envelope_len);
 		if (rc < 0)
-			die("envelope_encode: %s", strerror(-rc));
+			bench_die("envelope_encode: %s", strerror(-rc));
 		o->payload = o->envelope + o->envelope_len - PAYLOAD_LEN;
 		b->envelope_len = o->envelope_len;
-		o->artfs_path = xprintf("%s/%s", b->artfs_dir, hex);
-		o->raw_path = xprintf("%s/%s", b->raw_dir, hex);
-		o->raw_tmp = xprintf("%s/.tmp-%ld-%lu", b->raw_dir, (long)getpid(), b->tmp_seq++);
+		o->artfs_path = bench_xprintf("%s/%s", b->artfs_dir, hex);
+		o->raw_path = bench_xprintf("%s/%s", b->raw_dir, hex);
+		o->raw_tmp = bench_xprintf("%s/.tmp-%ld-%lu", b->raw_dir, (long)getpid(),
+					   b->tmp_seq++);
 	}
 }
 
@@ -284,58 +143,50 @@ static void release_round(struct bench *b)
 
 static uint64_t publish_artfs(struct bench *b)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 
 	for (size_t i = 0; i < b->n; i++) {
 		struct object *o = &b->obj[i];
-		int fd = open(o->artfs_path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd < 0)
-			die("artfs open %s: %s", o->artfs_path, strerror(errno));
-		int rc = write_all(fd, o->envelope, o->envelope_len);
-		if (rc < 0)
-			die("artfs write %s: %s", o->artfs_path, strerror(-rc));
-		if (close(fd) != 0)
-			die("artfs close %s (the publish result): %s", o->artfs_path,
-			    strerror(errno));
+		bench_write_file("artfs", o->artfs_path, o->envelope, o->envelope_len, true);
 	}
-	return now_ns() - t0;
+	return bench_now_ns() - t0;
 }
 
 static uint64_t publish_raw(struct bench *b)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 
 	for (size_t i = 0; i < b->n; i++) {
 		struct object *o = &b->obj[i];
 		int fd = open(o->raw_tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
 		if (fd < 0)
-			die("raw open %s: %s", o->raw_tmp, strerror(errno));
-		int rc = write_all(fd, o->envelope, o->envelope_len);
+			bench_die("raw open %s: %s", o->raw_tmp, strerror(errno));
+		int rc = bench_write_all(fd, o->envelope, o->envelope_len);
 		if (rc < 0)
-			die("raw write %s: %s", o->raw_tmp, strerror(-rc));
+			bench_die("raw write %s: %s", o->raw_tmp, strerror(-rc));
 		if (close(fd) != 0)
-			die("raw close %s: %s", o->raw_tmp, strerror(errno));
+			bench_die("raw close %s: %s", o->raw_tmp, strerror(errno));
 		if (link(o->raw_tmp, o->raw_path) < 0 && errno != EEXIST)
-			die("raw link %s: %s", o->raw_path, strerror(errno));
+			bench_die("raw link %s: %s", o->raw_path, strerror(errno));
 		if (unlink(o->raw_tmp) < 0)
-			die("raw unlink %s: %s", o->raw_tmp, strerror(errno));
+			bench_die("raw unlink %s: %s", o->raw_tmp, strerror(errno));
 	}
-	return now_ns() - t0;
+	return bench_now_ns() - t0;
 }
 
 static uint64_t read_artfs(struct bench *b)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 
 	for (size_t i = 0; i < b->n; i++) {
 		struct object *o = &b->obj[i];
 		int fd = open(o->artfs_path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
-			die("artfs open %s: %s", o->artfs_path, strerror(errno));
+			bench_die("artfs open %s: %s", o->artfs_path, strerror(errno));
 		b->got[i] = read_all(fd, b->slots + i * b->slot_cap, b->slot_cap, o->artfs_path);
 		close(fd);
 	}
-	return now_ns() - t0;
+	return bench_now_ns() - t0;
 }
 
 /* After the timed loop: every artfs read must be numpy.save of the payload. */
@@ -346,17 +197,17 @@ static void check_artfs(const struct bench *b, const char *phase)
 		const uint8_t *s = b->slots + i * b->slot_cap;
 
 		if (b->got[i] == SIZE_MAX)
-			die("artfs %s %s: more than %zu bytes, expected %zu", phase,
-			    o->artfs_path, b->slot_cap, b->npy_len);
+			bench_die("artfs %s %s: more than %zu bytes, expected %zu", phase,
+				  o->artfs_path, b->slot_cap, b->npy_len);
 		if (b->got[i] != b->npy_len)
-			die("artfs %s %s: read %zu bytes, expected %zu", phase, o->artfs_path,
-			    b->got[i], b->npy_len);
+			bench_die("artfs %s %s: read %zu bytes, expected %zu", phase, o->artfs_path,
+				  b->got[i], b->npy_len);
 		if (memcmp(s, b->npy_head, b->npy_head_len) != 0)
-			die("artfs %s %s: .npy header differs from numpy.save's", phase,
-			    o->artfs_path);
+			bench_die("artfs %s %s: .npy header differs from numpy.save's", phase,
+				  o->artfs_path);
 		if (memcmp(s + b->npy_head_len, o->payload, PAYLOAD_LEN) != 0)
-			die("artfs %s %s: array bytes differ from the published payload", phase,
-			    o->artfs_path);
+			bench_die("artfs %s %s: array bytes differ from the published payload",
+				  phase, o->artfs_path);
 	}
 }
 
@@ -364,36 +215,22 @@ static void check_artfs(const struct bench *b, const char *phase)
 static uint64_t read_raw(struct bench *b)
 {
 	struct envelope env;
-	char detail[160];
-	char want[ARTFS_KEY_LEN + 1];
-	uint8_t sha[32];
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 
 	for (size_t i = 0; i < b->n; i++) {
 		struct object *o = &b->obj[i];
 		uint8_t *s = b->slots + i * b->slot_cap;
 		int fd = open(o->raw_path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
-			die("raw open %s: %s", o->raw_path, strerror(errno));
+			bench_die("raw open %s: %s", o->raw_path, strerror(errno));
 		size_t len = read_all(fd, s, b->slot_cap, o->raw_path);
 		close(fd);
 		if (len == SIZE_MAX)
-			die("raw %s: longer than %zu bytes", o->raw_path, b->slot_cap);
-		enum envelope_error err = envelope_parse(s, len, &env, detail, sizeof(detail));
-		if (err != ENVELOPE_OK)
-			die("raw %s: %s: %s", o->raw_path, envelope_error_name(err), detail);
-		if (envelope_total_len(&env) != len)
-			die("raw %s: %zu bytes, envelope says %" PRIu64, o->raw_path, len,
-			    envelope_total_len(&env));
-		key_derive(WV, o->hash, HASH_BYTES, want);
-		if (strcmp(env.key, want) != 0)
-			die("raw %s: key is not the key of this name", o->raw_path);
-		sha256_once(s + len - env.payload_len, env.payload_len, sha);
-		if (memcmp(sha, env.payload_sha256, 32) != 0)
-			die("raw %s: payload checksum mismatch", o->raw_path);
+			bench_die("raw %s: longer than %zu bytes", o->raw_path, b->slot_cap);
+		bench_check_raw_envelope(o->raw_path, s, len, WV, o->hash, HASH_BYTES, &env);
 		b->got[i] = len;
 	}
-	return now_ns() - t0;
+	return bench_now_ns() - t0;
 }
 
 /* Guards against a reader that was fast because it read nothing. */
@@ -403,8 +240,8 @@ static void check_raw(const struct bench *b, const char *phase)
 		const struct object *o = &b->obj[i];
 		if (b->got[i] != o->envelope_len ||
 		    memcmp(b->slots + i * b->slot_cap, o->envelope, o->envelope_len) != 0)
-			die("raw %s %s: bytes differ from the published envelope", phase,
-			    o->raw_path);
+			bench_die("raw %s %s: bytes differ from the published envelope", phase,
+				  o->raw_path);
 	}
 }
 
@@ -413,9 +250,9 @@ static void remove_objects(const struct bench *b)
 	for (size_t i = 0; i < b->n; i++) {
 		const struct object *o = &b->obj[i];
 		if (unlink(o->artfs_path) < 0)
-			die("unlink %s: %s", o->artfs_path, strerror(errno));
+			bench_die("unlink %s: %s", o->artfs_path, strerror(errno));
 		if (unlink(o->raw_path) < 0)
-			die("unlink %s: %s", o->raw_path, strerror(errno));
+			bench_die("unlink %s: %s", o->raw_path, strerror(errno));
 	}
 }
 
@@ -466,22 +303,10 @@ static void run_round(struct bench *b, unsigned r)
 	release_round(b);
 }
 
-static int cmp_double(const void *x, const void *y)
-{
-	double a = *(const double *)x, c = *(const double *)y;
-	return (a > c) - (a < c);
-}
-
-static double median(double *v, unsigned n)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void report(const struct bench *b)
 {
 	unsigned n = b->rounds;
-	double *v = xmalloc(n * sizeof(*v));
+	double *v = bench_xmalloc(n * sizeof(*v));
 
 	printf("\nN = %zu objects of shape (%d, %d, %d) |u1 (%zu payload bytes, %zu-byte "
 	       "envelope, %zu-byte .npy), %u round%s\n",
@@ -499,7 +324,7 @@ static void report(const struct bench *b)
 				v[r] = rate(b, b->ns[r][p][s]);
 				sum += b->ns[r][p][s];
 			}
-			med[s] = median(v, n);
+			med[s] = bench_median(v, n);
 			mean_us[s] = sum / 1e3 / ((double)b->n * n);
 		}
 		double best = 0;
@@ -509,7 +334,8 @@ static void report(const struct bench *b)
 				best = v[r];
 		}
 		printf("%-14s %12.0f %12.0f %10.2f %10.2f %10.3f %10.3f\n", phase_names[p],
-		       med[ARTFS], med[RAW], mean_us[ARTFS], mean_us[RAW], median(v, n), best);
+		       med[ARTFS], med[RAW], mean_us[ARTFS], mean_us[RAW], bench_median(v, n),
+		       best);
 	}
 	free(v);
 }
@@ -528,101 +354,54 @@ static void usage(void)
 	exit(2);
 }
 
-static bool parse_count(const char *s, unsigned long max, unsigned long *out)
-{
-	char *end;
-
-	if (!*s || *s == '-' || *s == '+')
-		return false;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || *end || v == 0 || v > max)
-		return false;
-	*out = v;
-	return true;
-}
-
 int main(int argc, char **argv)
 {
 	struct bench b;
-	const char *pos[4];
-	int npos = 0;
-	unsigned long v;
-	struct stat st;
+	struct bench_mount_args args = { .count = 20000, .rounds = 3 };
 
-	memset(&b, 0, sizeof(b));
-	b.n = 20000;
-	b.rounds = 3;
-	b.rng = SEED;
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--keep") == 0)
-			b.keep = true;
-		else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
-			usage();
-		else if (argv[i][0] == '-' && argv[i][1])
-			usage();
-		else if (npos < 4)
-			pos[npos++] = argv[i];
-		else
-			usage();
-	}
-	if (npos < 2)
+	bench_progname = "r3_bench";
+	if (!bench_parse_mount_args(argc, argv, 10000000, 1000, &args))
 		usage();
-	b.mnt = pos[0];
-	b.raw = pos[1];
-	if (npos > 2) {
-		if (!parse_count(pos[2], 10000000, &v))
-			usage();
-		b.n = v;
-	}
-	if (npos > 3) {
-		if (!parse_count(pos[3], 1000, &v))
-			usage();
-		b.rounds = (unsigned)v;
-	}
-	struct statfs sfs;
-	if (stat(b.mnt, &st) < 0 || !S_ISDIR(st.st_mode))
-		die("%s is not a directory (mount artfs there first)", b.mnt);
+	memset(&b, 0, sizeof(b));
+	b.mnt = args.mnt;
+	b.raw = args.raw;
+	b.n = args.count;
+	b.rounds = (unsigned)args.rounds;
+	b.keep = args.keep;
+	b.rng = SEED;
 	/* A plain directory would "work" until the first .npy check. */
-	if (statfs(b.mnt, &sfs) < 0 || sfs.f_type != FUSE_SUPER_MAGIC)
-		die("%s is not a FUSE mount (mount artfs there first)", b.mnt);
+	bench_require_fuse_mount(b.mnt);
 	if ((size_t)snprintf(b.artfs_dir, sizeof(b.artfs_dir), "%s/%s", b.mnt, WV) >=
 		    sizeof(b.artfs_dir) ||
 	    (size_t)snprintf(b.raw_dir, sizeof(b.raw_dir), "%s/%s", b.raw, WV) >=
 		    sizeof(b.raw_dir))
-		die("path too long");
+		bench_die("path too long");
 
 	/* The .npy every artfs read must return, as numpy.save writes it. */
 	struct array_desc a;
-	memset(&a, 0, sizeof(a));
-	if (array_dtype_set(&a, "|u1") < 0)
-		die("array_dtype_set(|u1) failed");
-	a.ndim = 3;
-	a.shape[0] = SHAPE0;
-	a.shape[1] = SHAPE1;
-	a.shape[2] = SHAPE2;
+	bench_u1_array(&a, SHAPE0, SHAPE1, SHAPE2);
 	ssize_t h = npy_header(&a, b.npy_head, sizeof(b.npy_head));
 	if (h < 0)
-		die("npy_header: %s", strerror((int)-h));
+		bench_die("npy_header: %s", strerror((int)-h));
 	b.npy_head_len = (size_t)h;
 	b.npy_len = b.npy_head_len + PAYLOAD_LEN;
 
-	b.obj = xmalloc(b.n * sizeof(*b.obj));
+	b.obj = bench_xmalloc(b.n * sizeof(*b.obj));
 	memset(b.obj, 0, b.n * sizeof(*b.obj));
-	b.ns = xmalloc(b.rounds * sizeof(*b.ns));
-	b.got = xmalloc(b.n * sizeof(*b.got));
+	b.ns = bench_xmalloc(b.rounds * sizeof(*b.ns));
+	b.got = bench_xmalloc(b.n * sizeof(*b.got));
 	/* Room for the larger of envelope and .npy, plus slack, 64-byte aligned. */
 	b.slot_cap = (ENVELOPE_HEADER_BYTES_MAX + PAYLOAD_LEN + NPY_HEADER_MAX + 63) & ~(size_t)63;
-	b.slots = xmalloc(b.n * b.slot_cap);
+	b.slots = bench_xmalloc(b.n * b.slot_cap);
 	memset(b.slots, 0, b.n * b.slot_cap); /* fault the pages in before timing */
 
 	/* Leftovers of an earlier run: objects, temporaries, the directories. */
 	if (mkdir(b.raw, 0755) < 0 && errno != EEXIST)
-		die("mkdir %s: %s", b.raw, strerror(errno));
-	remove_dir(b.artfs_dir);
-	remove_dir(b.raw_dir);
-	make_dir(b.artfs_dir);
-	make_dir(b.raw_dir);
+		bench_die("mkdir %s: %s", b.raw, strerror(errno));
+	bench_remove_dir(b.artfs_dir);
+	bench_remove_dir(b.raw_dir);
+	bench_make_dir(b.artfs_dir);
+	bench_make_dir(b.raw_dir);
 
 	printf("r3_bench: artfs %s vs raw %s, N=%zu, rounds=%u\n", b.artfs_dir, b.raw_dir, b.n,
 	       b.rounds);
@@ -631,8 +410,8 @@ int main(int argc, char **argv)
 	report(&b);
 
 	if (!b.keep) {
-		remove_dir(b.artfs_dir);
-		remove_dir(b.raw_dir);
+		bench_remove_dir(b.artfs_dir);
+		bench_remove_dir(b.raw_dir);
 	}
 	free(b.slots);
 	free(b.got);

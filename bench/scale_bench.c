@@ -52,6 +52,7 @@
 #include "key.h"
 #include "npy.h"
 #include "sha256.h"
+#include "util.h"
 
 #define HASH_BYTES 16
 #define HASH_HEX (2 * HASH_BYTES)
@@ -132,32 +133,14 @@ static void on_signal(int sig)
 	_exit(128 + sig);
 }
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static void die(const char *fmt, ...)
+/* bench_die's hook: a fatal error in the main process unmounts and stops
+ * the daemon. */
+static void die_cleanup(void)
 {
-	va_list ap;
-
-	fflush(stdout);
-	fputs("scale_bench: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
 	if (getpid() == g_main_pid && (g_daemon > 0 || g_mount_armed)) {
 		fputs("scale_bench: unmounting (lazily) and stopping the daemon\n", stderr);
 		emergency_stop();
 	}
-	exit(1);
-}
-
-static void *xmalloc(size_t len)
-{
-	void *p = malloc(len ? len : 1);
-
-	if (!p)
-		die("out of memory (%zu bytes)", len);
-	return p;
 }
 
 /* snprintf into a fixed buffer; a path that does not fit is fatal. */
@@ -172,15 +155,7 @@ static void fmt_path(char *buf, size_t len, const char *fmt, ...)
 	int n = vsnprintf(buf, len, fmt, ap);
 	va_end(ap);
 	if (n < 0 || (size_t)n >= len)
-		die("path too long: %s...", buf);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+		bench_die("path too long: %s...", buf);
 }
 
 static void sleep_ms(unsigned ms)
@@ -190,49 +165,10 @@ static void sleep_ms(unsigned ms)
 		;
 }
 
-static uint64_t rng_next(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static void rng_fill(uint64_t *s, uint8_t *buf, size_t len)
-{
-	while (len) {
-		uint64_t v = rng_next(s);
-		size_t k = len < 8 ? len : 8;
-		memcpy(buf, &v, k);
-		buf += k;
-		len -= k;
-	}
-}
-
 /* Unbiased enough for sampling: n is far below 2^64. */
 static size_t rng_below(uint64_t *s, size_t n)
 {
-	return (size_t)(rng_next(s) % n);
-}
-
-static int write_all(int fd, const void *data, size_t len)
-{
-	const uint8_t *buf = data;
-
-	while (len) {
-		ssize_t w = write(fd, buf, len);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (w == 0)
-			return -EIO;
-		buf += w;
-		len -= (size_t)w;
-	}
-	return 0;
+	return (size_t)(bench_rng_next(s) % n);
 }
 
 /* /proc/self/mounts escapes space, tab, newline and backslash as \ooo. */
@@ -259,7 +195,7 @@ static bool is_mounted(const char *path)
 	bool found = false;
 
 	if (!f)
-		die("open /proc/self/mounts: %s", strerror(errno));
+		bench_die("open /proc/self/mounts: %s", strerror(errno));
 	while (!found && fgets(line, sizeof(line), f)) {
 		char *save, *dev = strtok_r(line, " ", &save);
 		char *mp = dev ? strtok_r(NULL, " ", &save) : NULL;
@@ -309,7 +245,7 @@ static void read_status(pid_t pid, long *rss, long *hwm, long *anon)
 	snprintf(path, sizeof(path), "/proc/%ld/status", (long)pid);
 	FILE *f = fopen(path, "re");
 	if (!f)
-		die("open %s: %s", path, strerror(errno));
+		bench_die("open %s: %s", path, strerror(errno));
 	*rss = *hwm = *anon = -1;
 	while (fgets(line, sizeof(line), f)) {
 		if (strncmp(line, "VmRSS:", 6) == 0)
@@ -321,7 +257,7 @@ static void read_status(pid_t pid, long *rss, long *hwm, long *anon)
 	}
 	fclose(f);
 	if (*rss < 0)
-		die("no VmRSS in %s", path);
+		bench_die("no VmRSS in %s", path);
 }
 
 static void parse_index_line(struct daemon_run *d)
@@ -379,19 +315,19 @@ static void daemon_start(const struct cfg *c, const char *store, const char *log
 	memset(d, 0, sizeof(*d));
 	snprintf(d->log, sizeof(d->log), "%s", log);
 	if ((size_t)snprintf(opts, sizeof(opts), "store=%s,capacity=64G", store) >= sizeof(opts))
-		die("store path too long");
+		bench_die("store path too long");
 	if (is_mounted(c->mnt))
-		die("%s is already mounted (umount it first)", c->mnt);
+		bench_die("%s is already mounted (umount it first)", c->mnt);
 	int logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (logfd < 0)
-		die("open %s: %s", log, strerror(errno));
+		bench_die("open %s: %s", log, strerror(errno));
 	fflush(stdout);
 	fflush(stderr);
 
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 	pid_t pid = fork();
 	if (pid < 0)
-		die("fork: %s", strerror(errno));
+		bench_die("fork: %s", strerror(errno));
 	if (pid == 0) {
 		/* The daemon goes down with us, whatever kills us. */
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -419,18 +355,18 @@ static void daemon_start(const struct cfg *c, const char *store, const char *log
 		if (waitpid(pid, &status, WNOHANG) == pid) {
 			g_daemon = -1;
 			print_log_tail(log);
-			die("the daemon exited before mounting (status %d)",
-			    WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+			bench_die("the daemon exited before mounting (status %d)",
+				  WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 		}
-		if (now_ns() - t0 > (uint64_t)MOUNT_WAIT_S * 1000000000ull)
-			die("no mount at %s after %d s", c->mnt, MOUNT_WAIT_S);
+		if (bench_now_ns() - t0 > (uint64_t)MOUNT_WAIT_S * 1000000000ull)
+			bench_die("no mount at %s after %d s", c->mnt, MOUNT_WAIT_S);
 		sleep_ms(1);
 	}
-	d->start_ns = now_ns() - t0;
+	d->start_ns = bench_now_ns() - t0;
 	struct stat st;
 	if (stat(c->mnt, &st) < 0)
-		die("stat %s: %s", c->mnt, strerror(errno));
-	d->ready_ns = now_ns() - t0;
+		bench_die("stat %s: %s", c->mnt, strerror(errno));
+	d->ready_ns = bench_now_ns() - t0;
 	read_status(pid, &d->rss_kb, &d->hwm_kb, &d->anon_kb);
 	parse_index_line(d);
 }
@@ -440,30 +376,30 @@ static void daemon_start(const struct cfg *c, const char *store, const char *log
 static int daemon_stop(const struct cfg *c, struct daemon_run *d, uint64_t *exit_ns)
 {
 	int status;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 	pid_t u = fork();
 
 	if (u < 0)
-		die("fork: %s", strerror(errno));
+		bench_die("fork: %s", strerror(errno));
 	if (u == 0) {
 		char *argv[] = { "umount", (char *)c->mnt, NULL };
 		execvp("umount", argv);
 		_exit(127);
 	}
 	if (waitpid(u, &status, 0) != u || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		die("umount %s failed (status %d)", c->mnt, status);
+		bench_die("umount %s failed (status %d)", c->mnt, status);
 	g_mount_armed = 0;
 	for (;;) {
 		pid_t w = waitpid(d->pid, &status, WNOHANG);
 		if (w == d->pid)
 			break;
 		if (w < 0)
-			die("waitpid daemon: %s", strerror(errno));
-		if (now_ns() - t0 > (uint64_t)EXIT_WAIT_S * 1000000000ull)
-			die("the daemon did not exit %d s after umount", EXIT_WAIT_S);
+			bench_die("waitpid daemon: %s", strerror(errno));
+		if (bench_now_ns() - t0 > (uint64_t)EXIT_WAIT_S * 1000000000ull)
+			bench_die("the daemon did not exit %d s after umount", EXIT_WAIT_S);
 		sleep_ms(1);
 	}
-	*exit_ns = now_ns() - t0;
+	*exit_ns = bench_now_ns() - t0;
 	g_daemon = -1;
 	if (WIFEXITED(status))
 		return WEXITSTATUS(status);
@@ -482,14 +418,14 @@ static void remove_tree_at(int parent, const char *name)
 			return;
 		if (errno == ENOTDIR || errno == ELOOP) {
 			if (unlinkat(parent, name, 0) < 0 && errno != ENOENT)
-				die("unlink %s: %s", name, strerror(errno));
+				bench_die("unlink %s: %s", name, strerror(errno));
 			return;
 		}
-		die("open %s: %s", name, strerror(errno));
+		bench_die("open %s: %s", name, strerror(errno));
 	}
 	DIR *d = fdopendir(fd);
 	if (!d)
-		die("fdopendir %s: %s", name, strerror(errno));
+		bench_die("fdopendir %s: %s", name, strerror(errno));
 	struct dirent *e;
 	while ((errno = 0, e = readdir(d)) != NULL) {
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
@@ -497,13 +433,13 @@ static void remove_tree_at(int parent, const char *name)
 		if (e->d_type == DT_DIR)
 			remove_tree_at(dirfd(d), e->d_name);
 		else if (unlinkat(dirfd(d), e->d_name, 0) < 0 && errno != ENOENT)
-			die("unlink %s/%s: %s", name, e->d_name, strerror(errno));
+			bench_die("unlink %s/%s: %s", name, e->d_name, strerror(errno));
 	}
 	if (errno)
-		die("readdir %s: %s", name, strerror(errno));
+		bench_die("readdir %s: %s", name, strerror(errno));
 	closedir(d);
 	if (unlinkat(parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
-		die("rmdir %s: %s", name, strerror(errno));
+		bench_die("rmdir %s: %s", name, strerror(errno));
 }
 
 static void remove_tree(const char *path)
@@ -518,10 +454,10 @@ static void plan(struct cfg *c)
 {
 	size_t rest = c->objects - c->big, others = c->versions - 1;
 
-	c->wv = xmalloc(c->versions * sizeof(*c->wv));
-	c->count = xmalloc(c->versions * sizeof(*c->count));
-	c->first = xmalloc(c->versions * sizeof(*c->first));
-	c->obj = xmalloc(c->objects * sizeof(*c->obj));
+	c->wv = bench_xmalloc(c->versions * sizeof(*c->wv));
+	c->count = bench_xmalloc(c->versions * sizeof(*c->count));
+	c->first = bench_xmalloc(c->versions * sizeof(*c->first));
+	c->obj = bench_xmalloc(c->objects * sizeof(*c->obj));
 	snprintf(c->wv[0], sizeof(c->wv[0]), "%s", BIG_WV);
 	c->count[0] = c->big;
 	for (size_t v = 1; v < c->versions; v++) {
@@ -534,8 +470,8 @@ static void plan(struct cfg *c)
 		c->first[v] = at;
 		for (size_t i = 0; i < c->count[v]; i++, at++) {
 			struct object *o = &c->obj[at];
-			rng_fill(&rng, o->hash, HASH_BYTES);
-			rng_fill(&rng, o->payload, PAYLOAD_LEN);
+			bench_rng_fill(&rng, o->hash, HASH_BYTES);
+			bench_rng_fill(&rng, o->payload, PAYLOAD_LEN);
 			o->ver = (uint32_t)v;
 		}
 	}
@@ -549,20 +485,15 @@ static void generate_part(const struct cfg *c, int versions_fd, unsigned worker,
 	char hex[HASH_HEX + 1];
 
 	memset(&env, 0, sizeof(env));
-	if (array_dtype_set(&env.array, "|u1") < 0)
-		die("array_dtype_set(|u1) failed");
-	env.array.ndim = 3;
-	env.array.shape[0] = 1;
-	env.array.shape[1] = 4;
-	env.array.shape[2] = 2;
+	bench_u1_array(&env.array, 1, 4, 2);
 	env.kind = ENVELOPE_TAIL;
 	env.source_token_start = 0;
 	for (size_t v = worker; v < c->versions; v += nworkers) {
 		if (mkdirat(versions_fd, c->wv[v], 0700) < 0)
-			die("mkdir %s/v/%s: %s", c->store, c->wv[v], strerror(errno));
+			bench_die("mkdir %s/v/%s: %s", c->store, c->wv[v], strerror(errno));
 		int dfd = openat(versions_fd, c->wv[v], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (dfd < 0)
-			die("open %s/v/%s: %s", c->store, c->wv[v], strerror(errno));
+			bench_die("open %s/v/%s: %s", c->store, c->wv[v], strerror(errno));
 		for (size_t i = 0; i < c->count[v]; i++) {
 			const struct object *o = &c->obj[c->first[v] + i];
 			uint8_t *buf;
@@ -571,16 +502,19 @@ static void generate_part(const struct cfg *c, int versions_fd, unsigned worker,
 			sha256_once(o->payload, PAYLOAD_LEN, env.payload_sha256);
 			int rc = envelope_encode(&env, o->payload, PAYLOAD_LEN, &buf, &len);
 			if (rc < 0)
-				die("envelope_encode: %s", strerror(-rc));
+				bench_die("envelope_encode: %s", strerror(-rc));
 			key_hex(o->hash, HASH_BYTES, hex);
 			int fd = openat(dfd, hex, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400);
 			if (fd < 0)
-				die("create %s/v/%s/%s: %s", c->store, c->wv[v], hex, strerror(errno));
-			rc = write_all(fd, buf, len);
+				bench_die("create %s/v/%s/%s: %s", c->store, c->wv[v], hex,
+					  strerror(errno));
+			rc = bench_write_all(fd, buf, len);
 			if (rc < 0)
-				die("write %s/v/%s/%s: %s", c->store, c->wv[v], hex, strerror(-rc));
+				bench_die("write %s/v/%s/%s: %s", c->store, c->wv[v], hex,
+					  strerror(-rc));
 			if (close(fd) < 0)
-				die("close %s/v/%s/%s: %s", c->store, c->wv[v], hex, strerror(errno));
+				bench_die("close %s/v/%s/%s: %s", c->store, c->wv[v], hex,
+					  strerror(errno));
 			free(buf);
 		}
 		close(dfd);
@@ -653,18 +587,18 @@ static void prepare_store(struct cfg *c)
 		return;
 	}
 	unlink(c->marker);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 	remove_tree(c->store);
-	uint64_t t1 = now_ns();
+	uint64_t t1 = bench_now_ns();
 	if (mkdir(c->store, 0700) < 0)
-		die("mkdir %s: %s", c->store, strerror(errno));
+		bench_die("mkdir %s: %s", c->store, strerror(errno));
 	char vpath[PATH_MAX + 4];
 	snprintf(vpath, sizeof(vpath), "%s/v", c->store);
 	if (mkdir(vpath, 0700) < 0)
-		die("mkdir %s: %s", vpath, strerror(errno));
+		bench_die("mkdir %s: %s", vpath, strerror(errno));
 	int vfd = open(vpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (vfd < 0)
-		die("open %s: %s", vpath, strerror(errno));
+		bench_die("open %s: %s", vpath, strerror(errno));
 
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned nworkers = cpus > 1 ? (unsigned)(cpus > 8 ? 8 : cpus) : 1;
@@ -675,7 +609,7 @@ static void prepare_store(struct cfg *c)
 	for (unsigned w = 0; w < nworkers; w++) {
 		pids[w] = fork();
 		if (pids[w] < 0)
-			die("fork: %s", strerror(errno));
+			bench_die("fork: %s", strerror(errno));
 		if (pids[w] == 0) {
 			generate_part(c, vfd, w, nworkers);
 			_exit(0);
@@ -690,13 +624,13 @@ static void prepare_store(struct cfg *c)
 	}
 	close(vfd);
 	if (failed)
-		die("generating the store failed (see above)");
-	uint64_t t2 = now_ns();
+		bench_die("generating the store failed (see above)");
+	uint64_t t2 = bench_now_ns();
 	FILE *f = fopen(c->marker, "we");
 	char text[256];
 	marker_text(c, text, sizeof(text));
 	if (!f || fputs(text, f) < 0 || fclose(f) != 0)
-		die("write %s: %s", c->marker, strerror(errno));
+		bench_die("write %s: %s", c->marker, strerror(errno));
 	printf("store %s: generated %zu objects in %zu versions in %.1f s with %u processes "
 	       "(removing the old one: %.1f s; setup, not a result)\n",
 	       c->store, c->objects, c->versions, (double)(t2 - t1) / 1e9, nworkers,
@@ -786,26 +720,27 @@ static void raw_scan(const struct cfg *c, struct results *res)
 
 	for (int withstat = 0; withstat < 2; withstat++) {
 		size_t n = 0;
-		uint64_t t0 = now_ns();
+		uint64_t t0 = bench_now_ns();
 		for (size_t v = 0; v < c->versions; v++) {
 			fmt_path(path, sizeof(path), "%s/v/%s", c->store, c->wv[v]);
 			DIR *d = opendir(path);
 			struct dirent *e;
 			struct stat st;
 			if (!d)
-				die("opendir %s: %s", path, strerror(errno));
+				bench_die("opendir %s: %s", path, strerror(errno));
 			while ((e = readdir(d)) != NULL) {
 				if (e->d_name[0] == '.')
 					continue;
 				if (withstat && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-					die("fstatat %s/%s: %s", path, e->d_name, strerror(errno));
+					bench_die("fstatat %s/%s: %s", path, e->d_name,
+						  strerror(errno));
 				n++;
 			}
 			closedir(d);
 		}
-		double t = (double)(now_ns() - t0) / 1e9;
+		double t = (double)(bench_now_ns() - t0) / 1e9;
 		if (n != c->objects)
-			die("the store holds %zu objects, expected %zu", n, c->objects);
+			bench_die("the store holds %zu objects, expected %zu", n, c->objects);
 		if (withstat)
 			res->raw_scan_stat_s = t;
 		else
@@ -822,24 +757,13 @@ static double median_u64(uint64_t *v, size_t n)
 	return n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2;
 }
 
-static double median_d(double *v, size_t n)
-{
-	for (size_t i = 1; i < n; i++)
-		for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
-			double t = v[j];
-			v[j] = v[j - 1];
-			v[j - 1] = t;
-		}
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* Single-quoted for sh. */
 static char *shell_quote(const char *s)
 {
 	size_t n = 3;
 	for (const char *p = s; *p; p++)
 		n += *p == '\'' ? 4 : 1;
-	char *q = xmalloc(n), *o = q;
+	char *q = bench_xmalloc(n), *o = q;
 	*o++ = '\'';
 	for (const char *p = s; *p; p++) {
 		if (*p == '\'') {
@@ -859,23 +783,23 @@ static double time_ls(const char *dir, size_t want, int run)
 {
 	char *q = shell_quote(dir);
 	size_t cmdlen = strlen(q) + 32;
-	char *cmd = xmalloc(cmdlen);
+	char *cmd = bench_xmalloc(cmdlen);
 	char out[64] = "";
 
 	snprintf(cmd, cmdlen, "ls %s | wc -l", q);
 	fflush(stdout);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 	FILE *p = popen(cmd, "r");
 	if (!p)
-		die("popen %s: %s", cmd, strerror(errno));
+		bench_die("popen %s: %s", cmd, strerror(errno));
 	bool got = fgets(out, sizeof(out), p) != NULL;
 	int st = pclose(p);
-	uint64_t t = now_ns() - t0;
+	uint64_t t = bench_now_ns() - t0;
 	if (!got || st != 0)
-		die("`%s` failed (status %d)", cmd, st);
+		bench_die("`%s` failed (status %d)", cmd, st);
 	unsigned long long n = strtoull(out, NULL, 10);
 	if (n != want)
-		die("`%s` counted %llu, expected %zu", cmd, n, want);
+		bench_die("`%s` counted %llu, expected %zu", cmd, n, want);
 	printf("  run %d: `%s` = %llu in %.3f s\n", run, cmd, n, (double)t / 1e9);
 	free(cmd);
 	free(q);
@@ -885,12 +809,12 @@ static double time_ls(const char *dir, size_t want, int run)
 /* An opendir/readdir loop, timed; the count must be want. */
 static double time_readdir(const char *dir, size_t want, int run, const char *what)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 	long n = count_dir(dir);
-	uint64_t t = now_ns() - t0;
+	uint64_t t = bench_now_ns() - t0;
 
 	if (n != (long)want)
-		die("readdir %s: %ld entries, expected %zu", dir, n, want);
+		bench_die("readdir %s: %ld entries, expected %zu", dir, n, want);
 	printf("  run %d: %s %s = %ld in %.3f s\n", run, what, dir, n, (double)t / 1e9);
 	return (double)t / 1e9;
 }
@@ -919,31 +843,38 @@ static void print_lat(const char *what, const struct lat *l, size_t n)
 	       what, n, l->p50, l->p90, l->p99, l->max, l->mean);
 }
 
+/* stat(path), timed; dies if it fails. */
+static uint64_t timed_stat(const char *path, struct stat *st)
+{
+	uint64_t t0 = bench_now_ns();
+	int rc = stat(path, st);
+	uint64_t t = bench_now_ns() - t0;
+
+	if (rc < 0)
+		bench_die("stat %s: %s", path, strerror(errno));
+	return t;
+}
+
 static void run_stats(const struct cfg *c, const size_t *sample, size_t n, struct results *res)
 {
 	char path[PATH_MAX + 64];
 	struct stat st;
-	uint64_t *ns = xmalloc(n * sizeof(*ns));
+	uint64_t *ns = bench_xmalloc(n * sizeof(*ns));
 
 	/* The version directories first, so that the cold pass looks up objects
 	 * and not their parents. */
 	for (size_t v = 0; v < c->versions; v++) {
 		snprintf(path, sizeof(path), "%s/%s", c->mnt, c->wv[v]);
 		if (stat(path, &st) < 0)
-			die("stat %s: %s", path, strerror(errno));
+			bench_die("stat %s: %s", path, strerror(errno));
 	}
 	printf("\nstat() of %zu distinct random objects across all versions\n", n);
 	for (int pass = 0; pass < 2; pass++) {
 		for (size_t i = 0; i < n; i++) {
 			object_path(c, sample[i], path, sizeof(path));
-			uint64_t t0 = now_ns();
-			int rc = stat(path, &st);
-			uint64_t t = now_ns() - t0;
-			if (rc < 0)
-				die("stat %s: %s", path, strerror(errno));
+			ns[i] = timed_stat(path, &st);
 			if (!S_ISREG(st.st_mode) || st.st_size <= PAYLOAD_LEN)
-				die("stat %s: not a regular file of the expected size", path);
-			ns[i] = t;
+				bench_die("stat %s: not a regular file of the expected size", path);
 		}
 		struct lat l = summarize(ns, n);
 		if (pass == 0)
@@ -955,17 +886,28 @@ static void run_stats(const struct cfg *c, const size_t *sample, size_t n, struc
 	/* Reference: the same files on the store's tmpfs, no FUSE. */
 	for (size_t i = 0; i < n; i++) {
 		store_path(c, sample[i], path, sizeof(path));
-		uint64_t t0 = now_ns();
-		int rc = stat(path, &st);
-		uint64_t t = now_ns() - t0;
-		if (rc < 0)
-			die("stat %s: %s", path, strerror(errno));
-		ns[i] = t;
+		ns[i] = timed_stat(path, &st);
 	}
 	res->raw_stat = summarize(ns, n);
 	print_lat("reference: tmpfs", &res->raw_stat, n);
 	res->stat_n = n;
 	free(ns);
+}
+
+/* open, read until EOF or cap bytes, close: the time that takes; the bytes
+ * read in *len. */
+static uint64_t timed_read(const char *path, uint8_t *buf, size_t cap, size_t *len)
+{
+	uint64_t t0 = bench_now_ns();
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		bench_die("open %s: %s", path, strerror(errno));
+	int rc = bench_read_all(fd, buf, cap, false, len);
+	if (rc < 0)
+		bench_die("read %s: %s", path, strerror(-rc));
+	close(fd);
+	return bench_now_ns() - t0;
 }
 
 static void run_reads(const struct cfg *c, const size_t *sample, size_t n, struct results *res)
@@ -974,45 +916,22 @@ static void run_reads(const struct cfg *c, const size_t *sample, size_t n, struc
 	uint8_t want[NPY_HEADER_MAX + PAYLOAD_LEN];
 	struct array_desc a;
 	const size_t slot = 512;
-	uint8_t *slots = xmalloc(n * slot);
-	size_t *got = xmalloc(n * sizeof(*got));
-	uint64_t *ns = xmalloc(n * sizeof(*ns));
+	uint8_t *slots = bench_xmalloc(n * slot);
+	size_t *got = bench_xmalloc(n * sizeof(*got));
+	uint64_t *ns = bench_xmalloc(n * sizeof(*ns));
 
-	memset(&a, 0, sizeof(a));
-	if (array_dtype_set(&a, "|u1") < 0)
-		die("array_dtype_set(|u1) failed");
-	a.ndim = 3;
-	a.shape[0] = 1;
-	a.shape[1] = 4;
-	a.shape[2] = 2;
+	bench_u1_array(&a, 1, 4, 2);
 	ssize_t hl = npy_header(&a, want, sizeof(want));
 	if (hl < 0)
-		die("npy_header: %s", strerror((int)-hl));
+		bench_die("npy_header: %s", strerror((int)-hl));
 	size_t want_len = (size_t)hl + PAYLOAD_LEN;
 	memset(slots, 0, n * slot);
 
 	printf("\nopen + read to EOF + close of %zu other distinct random objects\n", n);
 	for (int pass = 0; pass < 2; pass++) {
 		for (size_t i = 0; i < n; i++) {
-			uint8_t *buf = slots + i * slot;
-			size_t off = 0;
 			object_path(c, sample[i], path, sizeof(path));
-			uint64_t t0 = now_ns();
-			int fd = open(path, O_RDONLY | O_CLOEXEC);
-			if (fd < 0)
-				die("open %s: %s", path, strerror(errno));
-			for (;;) {
-				ssize_t r = read(fd, buf + off, slot - off);
-				if (r < 0 && errno == EINTR)
-					continue;
-				if (r < 0)
-					die("read %s: %s", path, strerror(errno));
-				if (r == 0 || (off += (size_t)r) == slot)
-					break;
-			}
-			close(fd);
-			ns[i] = now_ns() - t0;
-			got[i] = off;
+			ns[i] = timed_read(path, slots + i * slot, slot, &got[i]);
 		}
 		/* After the clock: every file is numpy.save of its payload. */
 		for (size_t i = 0; i < n; i++) {
@@ -1021,8 +940,8 @@ static void run_reads(const struct cfg *c, const size_t *sample, size_t n, struc
 			memcpy(want + hl, o->payload, PAYLOAD_LEN);
 			if (got[i] != want_len || memcmp(buf, want, want_len) != 0) {
 				object_path(c, sample[i], path, sizeof(path));
-				die("%s: %zu bytes read, not the expected %zu-byte .npy", path, got[i],
-				    want_len);
+				bench_die("%s: %zu bytes read, not the expected %zu-byte .npy",
+					  path, got[i], want_len);
 			}
 		}
 		memset(slots, 0, n * slot);
@@ -1035,26 +954,11 @@ static void run_reads(const struct cfg *c, const size_t *sample, size_t n, struc
 	}
 	/* Reference: the envelope files on the store's tmpfs, no FUSE, no checks. */
 	for (size_t i = 0; i < n; i++) {
-		uint8_t *buf = slots + i * slot;
-		size_t off = 0;
+		size_t off;
 		store_path(c, sample[i], path, sizeof(path));
-		uint64_t t0 = now_ns();
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			die("open %s: %s", path, strerror(errno));
-		for (;;) {
-			ssize_t r = read(fd, buf + off, slot - off);
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r < 0)
-				die("read %s: %s", path, strerror(errno));
-			if (r == 0 || (off += (size_t)r) == slot)
-				break;
-		}
-		close(fd);
-		ns[i] = now_ns() - t0;
+		ns[i] = timed_read(path, slots + i * slot, slot, &off);
 		if (off <= PAYLOAD_LEN)
-			die("%s: %zu bytes", path, off);
+			bench_die("%s: %zu bytes", path, off);
 	}
 	res->raw_read = summarize(ns, n);
 	print_lat("reference: tmpfs envelope", &res->raw_read, n);
@@ -1094,11 +998,11 @@ static void summary(const struct cfg *c, const struct results *r)
 	snprintf(ref, sizeof(ref), "%.1f us", r->raw_stat.p50);
 	ROW("stat p50, cold / cached", "-", ref, "%.1f / %.1f us", r->stat_cold.p50,
 	    r->stat_cached.p50);
-	snprintf(ref, sizeof(ref), "%.3f s", median_d(raw_ls_med, LIST_RUNS));
-	ROW("ls big | wc -l (median of 3)", "-", ref, "%.3f s", median_d(ls_med, LIST_RUNS));
-	snprintf(ref, sizeof(ref), "%.3f s", median_d(raw_rd_med, LIST_RUNS));
+	snprintf(ref, sizeof(ref), "%.3f s", bench_median(raw_ls_med, LIST_RUNS));
+	ROW("ls big | wc -l (median of 3)", "-", ref, "%.3f s", bench_median(ls_med, LIST_RUNS));
+	snprintf(ref, sizeof(ref), "%.3f s", bench_median(raw_rd_med, LIST_RUNS));
 	ROW("readdir loop over big (median of 3)", "-", ref, "%.3f s",
-	    median_d(rd_med, LIST_RUNS));
+	    bench_median(rd_med, LIST_RUNS));
 	if (r->read_n) {
 		snprintf(ref, sizeof(ref), "%.1f / %.1f us", r->raw_read.p50, r->raw_read.p99);
 		ROW("open+read+close p50 / p99, cold", "-", ref, "%.1f / %.1f us",
@@ -1129,20 +1033,6 @@ static void usage(void)
 	exit(2);
 }
 
-static bool parse_count(const char *s, unsigned long max, unsigned long *out)
-{
-	char *end;
-
-	if (!*s || *s == '-' || *s == '+')
-		return false;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || *end || v == 0 || v > max)
-		return false;
-	*out = v;
-	return true;
-}
-
 int main(int argc, char **argv)
 {
 	struct cfg c;
@@ -1152,6 +1042,8 @@ int main(int argc, char **argv)
 	unsigned long v;
 	char path[PATH_MAX];
 
+	bench_progname = "scale_bench";
+	bench_die_hook = die_cleanup;
 	g_main_pid = getpid();
 	memset(&c, 0, sizeof(c));
 	memset(&res, 0, sizeof(res));
@@ -1165,7 +1057,7 @@ int main(int argc, char **argv)
 		else if (strcmp(argv[i], "--clean") == 0)
 			c.clean = true;
 		else if (strncmp(argv[i], "--starts=", 9) == 0) {
-			if (!parse_count(argv[i] + 9, 16, &v))
+			if (!bench_parse_count(argv[i] + 9, 16, &v))
 				usage();
 			c.starts = (unsigned)v;
 		} else if (argv[i][0] == '-' && argv[i][1])
@@ -1178,45 +1070,45 @@ int main(int argc, char **argv)
 	if (npos < 2)
 		usage();
 	if (npos > 2) {
-		if (!parse_count(pos[2], 100000000, &v))
+		if (!bench_parse_count(pos[2], 100000000, &v))
 			usage();
 		c.objects = v;
 	}
 	if (npos > 3) {
-		if (!parse_count(pos[3], 100000, &v))
+		if (!bench_parse_count(pos[3], 100000, &v))
 			usage();
 		c.versions = v;
 	}
 	if (npos > 4) {
-		if (!parse_count(pos[4], 100000000, &v))
+		if (!bench_parse_count(pos[4], 100000000, &v))
 			usage();
 		c.big = v;
 	}
 	if (c.big > c.objects || (c.versions == 1 && c.big != c.objects) ||
 	    (c.versions > 1 && c.objects - c.big < c.versions - 1))
-		die("%zu objects cannot be %zu in \"big\" and at least one in each of the other "
-		    "%zu versions", c.objects, c.big, c.versions - 1);
+		bench_die("%zu objects cannot be %zu in \"big\" and at least one in each of the "
+			  "other %zu versions", c.objects, c.big, c.versions - 1);
 	if (access(pos[0], X_OK) < 0)
-		die("%s: not an executable: %s", pos[0], strerror(errno));
+		bench_die("%s: not an executable: %s", pos[0], strerror(errno));
 	c.daemon = realpath(pos[0], NULL);
 	if (!c.daemon)
-		die("realpath %s: %s", pos[0], strerror(errno));
+		bench_die("realpath %s: %s", pos[0], strerror(errno));
 	if (mkdir(pos[1], 0755) < 0 && errno != EEXIST)
-		die("mkdir %s: %s", pos[1], strerror(errno));
+		bench_die("mkdir %s: %s", pos[1], strerror(errno));
 	if (!realpath(pos[1], c.workdir))
-		die("realpath %s: %s", pos[1], strerror(errno));
+		bench_die("realpath %s: %s", pos[1], strerror(errno));
 	if ((size_t)snprintf(c.store, sizeof(c.store), "%s/store", c.workdir) >= sizeof(c.store) ||
 	    (size_t)snprintf(c.empty, sizeof(c.empty), "%s/empty-store", c.workdir) >=
 		    sizeof(c.empty) ||
 	    (size_t)snprintf(c.mnt, sizeof(c.mnt), "%s/mnt", c.workdir) >= sizeof(c.mnt) ||
 	    (size_t)snprintf(c.marker, sizeof(c.marker), "%s/store.complete", c.workdir) >=
 		    sizeof(c.marker))
-		die("workdir path too long");
+		bench_die("workdir path too long");
 	snprintf(g_mnt, sizeof(g_mnt), "%s", c.mnt);
 	if (mkdir(c.mnt, 0755) < 0 && errno != EEXIST)
-		die("mkdir %s: %s", c.mnt, strerror(errno));
+		bench_die("mkdir %s: %s", c.mnt, strerror(errno));
 	if (is_mounted(c.mnt))
-		die("%s is already mounted (umount it first)", c.mnt);
+		bench_die("%s is already mounted (umount it first)", c.mnt);
 
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
@@ -1246,7 +1138,8 @@ int main(int argc, char **argv)
 	printf("\nempty store: mounted in %.3f s; VmRSS %ld kB, VmHWM %ld kB, RssAnon %ld kB; "
 	       "exit status %d\n", (double)d.start_ns / 1e9, d.rss_kb, d.hwm_kb, d.anon_kb, st);
 	if (st != 0)
-		die("the daemon on the empty store exited with status %d (log: %s)", st, path);
+		bench_die("the daemon on the empty store exited with status %d (log: %s)", st,
+			  path);
 
 	/* c) starts on the full store; the last one stays up for the rest. */
 	fmt_path(path, sizeof(path), "%s/daemon-full.log", c.workdir);
@@ -1258,7 +1151,7 @@ int main(int argc, char **argv)
 		daemon_start(&c, c.store, path, &d);
 		if (!d.have_index) {
 			print_log_tail(path);
-			die("no \"indexed N objects ...\" line in %s", path);
+			bench_die("no \"indexed N objects ...\" line in %s", path);
 		}
 		res.start_s[s] = (double)d.start_ns / 1e9;
 		res.ready_s[s] = (double)d.ready_ns / 1e9;
@@ -1281,18 +1174,18 @@ int main(int argc, char **argv)
 			printf("          umount -> daemon exit %.3f s, status %d\n",
 			       (double)exit_ns / 1e9, st);
 			if (st != 0)
-				die("the daemon exited with status %d (log: %s)", st, path);
+				bench_die("the daemon exited with status %d (log: %s)", st, path);
 		}
 	}
 	res.starts = c.starts;
 	res.start_med_s = median_u64(start_ns, c.starts) / 1e9;
-	res.index_ms_med = median_d(idx_ms, c.starts);
+	res.index_ms_med = bench_median(idx_ms, c.starts);
 	double rss_med = 0;
 	{
 		double r[16];
 		for (unsigned s = 0; s < c.starts; s++)
 			r[s] = (double)res.rss_full_kb[s];
-		rss_med = median_d(r, c.starts);
+		rss_med = bench_median(r, c.starts);
 	}
 	res.bytes_per_obj = (rss_med - (double)res.rss_empty_kb) * 1024.0 / (double)c.objects;
 	printf("  median start %.3f s; median VmRSS %.0f kB; (VmRSS full - VmRSS empty) / objects "
@@ -1305,8 +1198,8 @@ int main(int argc, char **argv)
 	res.stat_n = c.objects < STAT_SAMPLES ? c.objects : STAT_SAMPLES;
 	res.read_n = c.objects - res.stat_n < READ_SAMPLES ? c.objects - res.stat_n : READ_SAMPLES;
 	size_t want = res.stat_n + res.read_n;
-	uint32_t *perm = xmalloc(c.objects * sizeof(*perm));
-	size_t *sample = xmalloc(want * sizeof(*sample));
+	uint32_t *perm = bench_xmalloc(c.objects * sizeof(*perm));
+	size_t *sample = bench_xmalloc(want * sizeof(*sample));
 	uint64_t srng = SAMPLE_SEED;
 	for (size_t i = 0; i < c.objects; i++)
 		perm[i] = (uint32_t)i;

@@ -56,20 +56,28 @@ static void *worker(void *unused)
 
 int fs_defer(void (*fn)(void *arg), void *arg)
 {
-	struct job *j = malloc(sizeof(*j));
+	struct job *j;
 
+	if (!pool.ids)
+		return -EAGAIN; /* -s: libfuse's own loop, no workers; run in place */
+	j = malloc(sizeof(*j));
 	if (!j)
 		return -ENOMEM;
 	j->next = NULL;
 	j->fn = fn;
 	j->arg = arg;
 	pthread_mutex_lock(&pool.mu);
-	*pool.tail = j;
-	pool.tail = &j->next;
 	/* A new worker when none waits: a slow job never queues behind another. */
 	if (!pool.idle && pool.threads < pool.max &&
 	    pthread_create(&pool.ids[pool.threads], NULL, worker, NULL) == 0)
 		pool.threads++;
+	if (!pool.threads) { /* no worker could start: the caller runs it */
+		pthread_mutex_unlock(&pool.mu);
+		free(j);
+		return -EAGAIN;
+	}
+	*pool.tail = j;
+	pool.tail = &j->next;
 	pthread_cond_signal(&pool.cv);
 	pthread_mutex_unlock(&pool.mu);
 	return 0;
@@ -81,9 +89,11 @@ int fs_loop(struct fuse_session *se, unsigned max_workers)
 	int rc = 0;
 
 	memset(&buf, 0, sizeof(buf));
+	pthread_mutex_lock(&pool.mu);
 	pool.tail = &pool.head;
 	pool.max = max_workers ? max_workers : 1;
 	pool.ids = calloc(pool.max, sizeof(*pool.ids));
+	pthread_mutex_unlock(&pool.mu);
 	if (!pool.ids)
 		return -ENOMEM;
 	while (!fuse_session_exited(se)) {
@@ -103,7 +113,10 @@ int fs_loop(struct fuse_session *se, unsigned max_workers)
 	pthread_mutex_unlock(&pool.mu);
 	for (unsigned i = 0; i < pool.threads; i++)
 		pthread_join(pool.ids[i], NULL);
+	pthread_mutex_lock(&pool.mu);
 	free(pool.ids);
+	pool.ids = NULL;
+	pthread_mutex_unlock(&pool.mu);
 	fuse_session_reset(se);
 	return rc < 0 && rc != -ENODEV ? rc : 0;
 }

@@ -339,10 +339,36 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	fuse_reply_err(req, -tree_fsync(tree_of(req), handle_of(fi)));
 }
 
+struct release_job {
+	fuse_req_t req;
+	struct handle *h;
+};
+
+static void release_job(void *arg)
+{
+	struct release_job *j = arg;
+
+	tree_release(tree_of(j->req), j->h);
+	fuse_reply_err(j->req, 0);
+	free(j);
+}
+
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	tree_release(tree_of(req), handle_of(fi));
-	fuse_reply_err(req, 0);
+	struct handle *h = handle_of(fi);
+	struct release_job *j;
+
+	if (tree_release_quick(tree_of(req), h) || !(j = malloc(sizeof(*j)))) {
+		tree_release(tree_of(req), h);
+		fuse_reply_err(req, 0);
+		return;
+	}
+	*j = (struct release_job){ req, h };
+	if (fs_defer(release_job, j) < 0) {
+		free(j);
+		tree_release(tree_of(req), h);
+		fuse_reply_err(req, 0);
+	}
 }
 
 static void do_opendir(fuse_req_t req, struct node *n, struct fuse_file_info *fi)

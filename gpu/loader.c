@@ -393,8 +393,12 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 		goto out;
 	}
 	pthread_t bthread;
-	bool broadcasting = l->replicated && l->nranks > 1 &&
-			    pthread_create(&bthread, NULL, broadcaster, &ld) == 0;
+	bool broadcasting = false;
+	if (l->replicated && l->nranks > 1) {
+		broadcasting = pthread_create(&bthread, NULL, broadcaster, &ld) == 0;
+		if (!broadcasting)
+			fail(&ld, -EAGAIN, "cannot start the broadcast thread");
+	}
 
 	unsigned n = ld.nchunks < READERS_MAX ? (unsigned)ld.nchunks : READERS_MAX;
 	l->readers = n;

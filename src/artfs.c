@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -116,7 +117,12 @@ static int serve(struct tree *t, struct fuse_args *args, struct fuse_cmdline_opt
 	if (rc == SIGTERM || rc == SIGINT || rc == SIGHUP)
 		rc = 0;
 	log_info("unmounting %s", opts->mountpoint);
+	/* Unmount first: a kernel notification the janitor may be waiting in
+	 * ends with the connection. */
+	t->forget_entry = NULL;
+	fuse_session_unmount(se);
 	expiry_stop(t);
+	goto out_signals;
 out_unmount:
 	fuse_session_unmount(se);
 out_signals:
@@ -141,6 +147,12 @@ int main(int argc, char *argv[])
 	 * page fault per page on the next request. */
 	mallopt(M_MMAP_THRESHOLD, 256 << 20);
 	mallopt(M_TRIM_THRESHOLD, 1 << 30);
+	/* One descriptor per open object and per version: use all we may. */
+	struct rlimit nofile;
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+		nofile.rlim_cur = nofile.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &nofile);
+	}
 	config_init(&cfg);
 	if (fuse_opt_parse(&args, &c, NULL, opt_proc) != 0 || c.failed)
 		goto out;

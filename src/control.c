@@ -33,8 +33,9 @@ int control_open(struct tree *t, struct handle **h, struct tree_open_reply *r)
 static int words(char *line, char **w, int max)
 {
 	int n = 0;
+	char *save;
 
-	for (char *p = strtok(line, " \t\r"); p; p = strtok(NULL, " \t\r")) {
+	for (char *p = strtok_r(line, " \t\r", &save); p; p = strtok_r(NULL, " \t\r", &save)) {
 		if (n == max)
 			return -1;
 		w[n++] = p;

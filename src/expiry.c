@@ -127,12 +127,13 @@ static void bury(struct tree *t, struct doomed *d, bool notify)
 {
 	while (d) {
 		struct doomed *next = d->next;
+		/* The name first: a large version takes a while to delete. */
+		if (notify && t->forget_entry)
+			t->forget_entry(t->forget_ctx, d->parent, d->name);
 		int rc = d->trash[0] ? store_trash_empty(&t->store, d->trash) : 0;
 		if (rc < 0)
 			log_warn("expire %s: deleting trash/%s: %s (retried at next start)", d->name,
 				 d->trash, strerror(-rc));
-		if (notify && t->forget_entry)
-			t->forget_entry(t->forget_ctx, d->parent, d->name);
 		free(d);
 		d = next;
 	}

@@ -187,7 +187,11 @@ int materialize_check(const struct materialize_request *req, const struct envelo
 
 /* ---- running a request ----------------------------------------------------- */
 
-struct loaded {
+/* Every object is loaded and verified whole by several threads, then the
+ * layout is checked and the payloads copied into one result. A request that
+ * names an object twice breaks the layout by definition and is refused
+ * before any payload is held, so what is held never exceeds the store. */
+struct slot {
 	struct envelope env;
 	uint8_t *buf;
 	const uint8_t *npy;
@@ -199,46 +203,60 @@ struct job {
 	struct tree *t;
 	struct version *ver;
 	const struct materialize_request *req;
-	struct loaded *objs;
+	struct slot *slots;
+	const size_t *which;     /* the slots to work on, or NULL for all */
+	size_t count;
+	bool keep;               /* keep the loaded bytes, or only verify */
 	_Atomic size_t next;
 };
+
+static int load_one(struct job *j, size_t i)
+{
+	const struct materialize_block *b = &j->req->blocks[i];
+	struct slot *sl = &j->slots[i];
+	char name[ARTFS_HASH_HEX_MAX + 1];
+	uint64_t ctime;
+
+	key_hex(b->hash, b->len, name);
+	int fd = store_object_open(j->ver->dirfd, name);
+	if (fd < 0)
+		return fd == -ENOENT || fd == -EMFILE || fd == -ENFILE ? fd : -EIO;
+	int rc = object_load_verified(j->t, j->ver, fd, name, b->hash, b->len, &sl->env, &sl->buf,
+				      &sl->npy, &sl->npy_len, &ctime);
+	close(fd);
+	if (rc == 0 && !j->keep) {
+		free(sl->buf);
+		sl->buf = NULL;
+	}
+	return rc;
+}
 
 static void *load_worker(void *arg)
 {
 	struct job *j = arg;
-	char name[ARTFS_HASH_HEX_MAX + 1];
-	uint64_t ctime;
 
 	for (;;) {
-		size_t i = atomic_fetch_add(&j->next, 1);
-		if (i >= j->req->count)
+		size_t k = atomic_fetch_add(&j->next, 1);
+		if (k >= j->count)
 			break;
-		const struct materialize_block *b = &j->req->blocks[i];
-		struct loaded *l = &j->objs[i];
-		key_hex(b->hash, b->len, name);
-		int fd = store_object_open(j->ver->dirfd, name);
-		if (fd < 0) {
-			l->error = fd == -ENOENT ? -ENOENT : -EIO;
-			continue;
-		}
-		l->error = object_load_verified(j->t, j->ver, fd, name, b->hash, b->len, &l->env,
-						&l->buf, &l->npy, &l->npy_len, &ctime);
-		close(fd);
+		size_t i = j->which ? j->which[k] : k;
+		j->slots[i].error = load_one(j, i);
 	}
 	return NULL;
 }
 
-/* Reads and verifies every object, several at a time. */
+/* Runs the job on several threads. */
 static void load_all(struct job *j)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	size_t n = j->req->count / 64 + 1;
+	size_t n = j->count / 64 + 1;
 	if (n > 8)
 		n = 8;
 	if (cpus > 0 && n > (size_t)cpus)
 		n = (size_t)cpus;
 	pthread_t threads[8];
 	size_t started = 0;
+	atomic_store(&j->next, 0);
 	for (size_t i = 1; i < n; i++)
 		if (pthread_create(&threads[started], NULL, load_worker, j) == 0)
 			started++;
@@ -261,95 +279,165 @@ static int fail(struct mat *m, int err, const char *fmt, ...)
 	return err;
 }
 
+/* The first failure of a load, by precedence: a missing object, then the
+ * daemon's own resources, then a corrupt object. 0 if none. */
+static int load_error(struct mat *m, const struct materialize_request *req,
+		      const struct slot *slots)
+{
+	char name[ARTFS_HASH_HEX_MAX + 1];
+
+	for (int pass = 0; pass < 3; pass++)
+		for (size_t i = 0; i < req->count; i++) {
+			int e = slots[i].error;
+			bool hit = pass == 0 ? e == -ENOENT
+				 : pass == 1 ? (e == -ENOMEM || e == -EMFILE || e == -ENFILE)
+				 : e != 0;
+			if (!hit)
+				continue;
+			key_hex(req->blocks[i].hash, req->blocks[i].len, name);
+			if (pass == 0)
+				return fail(m, -ENOENT, "object %zu (%s) does not exist", i, name);
+			if (pass == 1)
+				return fail(m, e, "object %zu (%s): out of resources", i, name);
+			return fail(m, -EIO, "object %zu (%s) cannot be served", i, name);
+		}
+	return 0;
+}
+
+struct named {
+	struct object *o;
+	size_t i;
+};
+
+static int by_object(const void *a, const void *b)
+{
+	const struct named *x = a, *y = b;
+	uintptr_t p = (uintptr_t)x->o, q = (uintptr_t)y->o;
+	return p < q ? -1 : p > q ? 1 : x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* Resolves every name (ENOENT for the first missing one); fills which with
+ * one slot per distinct object and returns how many are distinct. */
+static int resolve(struct tree *t, struct mat *m, const struct materialize_request *req,
+		   size_t *which, size_t *distinct, size_t *repeat, size_t *first)
+{
+	char name[ARTFS_HASH_HEX_MAX + 1];
+	struct named *seen = calloc(req->count, sizeof(*seen));
+
+	if (!seen)
+		return -ENOMEM;
+	size_t missing = req->count;
+	pthread_mutex_lock(&t->lock);
+	for (size_t i = 0; i < req->count; i++) {
+		seen[i].o = index_object_find(&t->idx, m->ver, req->blocks[i].hash, req->blocks[i].len);
+		seen[i].i = i;
+		if (!seen[i].o && missing == req->count)
+			missing = i;
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (missing < req->count) {
+		free(seen);
+		key_hex(req->blocks[missing].hash, req->blocks[missing].len, name);
+		return fail(m, -ENOENT, "object %zu (%s) does not exist", missing, name);
+	}
+	qsort(seen, req->count, sizeof(*seen), by_object); /* the same object side by side */
+	*distinct = 0;
+	*repeat = req->count;
+	for (size_t k = 0; k < req->count; k++) {
+		if (k == 0 || seen[k].o != seen[k - 1].o)
+			which[(*distinct)++] = seen[k].i;
+		else if (*repeat == req->count || seen[k].i < *repeat) {
+			*repeat = seen[k].i;
+			*first = seen[k - 1].i;
+		}
+	}
+	free(seen);
+	return 0;
+}
+
 static int run(struct tree *t, struct mat *m)
 {
 	struct materialize_request req;
-	char err[256], name[ARTFS_HASH_HEX_MAX + 1];
+	char err[256];
 	int rc = materialize_parse(m->text ? m->text : "", m->text_len, &req, err, sizeof(err));
 
 	if (rc < 0)
 		return fail(m, rc, "bad request: %s", err);
-
-	/* Every object exists: ENOENT names the first that does not. */
-	pthread_mutex_lock(&t->lock);
-	size_t missing = req.count;
-	for (size_t i = 0; i < req.count && missing == req.count; i++)
-		if (!index_object_find(&t->idx, m->ver, req.blocks[i].hash, req.blocks[i].len))
-			missing = i;
-	pthread_mutex_unlock(&t->lock);
-	if (missing < req.count) {
-		key_hex(req.blocks[missing].hash, req.blocks[missing].len, name);
-		rc = fail(m, -ENOENT, "object %zu (%s) does not exist", missing, name);
-		goto out_req;
-	}
-
-	/* Checksums hold: EIO (each failure is logged where it is found). */
-	struct loaded *objs = calloc(req.count, sizeof(*objs));
-	if (!objs) {
+	struct slot *slots = calloc(req.count, sizeof(*slots));
+	size_t *which = calloc(req.count, sizeof(*which));
+	size_t distinct = 0, repeat = 0, first = 0;
+	if (!slots || !which) {
 		rc = -ENOMEM;
-		goto out_req;
+		goto out;
 	}
-	struct job j = { .t = t, .ver = m->ver, .req = &req, .objs = objs };
+	rc = resolve(t, m, &req, which, &distinct, &repeat, &first);
+	if (rc < 0)
+		goto out;
+	struct job j = { .t = t, .ver = m->ver, .req = &req, .slots = slots };
+	if (repeat < req.count) {
+		/* Checksums still come first: verify each distinct object once. */
+		j.which = which;
+		j.count = distinct;
+		load_all(&j);
+		rc = load_error(m, &req, slots);
+		if (!rc)
+			rc = fail(m, -EBADMSG, "object %zu repeats object %zu", repeat, first);
+		goto out;
+	}
+
+	/* Every object, verified (ENOENT if one vanished, EIO if corrupt). */
+	j.count = req.count;
+	j.keep = true;
 	load_all(&j);
-	rc = 0;
-	/* A store file gone since the index check is a missing object, and a
-	 * missing object outranks a corrupt one wherever it is. */
-	for (int pass = 0; pass < 2 && !rc; pass++)
-		for (size_t i = 0; i < req.count && !rc; i++) {
-			if (!objs[i].error || (pass == 0) != (objs[i].error == -ENOENT))
-				continue;
-			key_hex(req.blocks[i].hash, req.blocks[i].len, name);
-			rc = pass == 0 ? fail(m, -ENOENT, "object %zu (%s) does not exist", i, name)
-				       : fail(m, -EIO, "object %zu (%s) cannot be served", i, name);
-		}
+	rc = load_error(m, &req, slots);
 	if (rc)
-		goto out_objs;
+		goto out;
 
 	/* The layout: EBADMSG. */
 	struct envelope *envs = malloc(req.count * sizeof(*envs));
 	if (!envs) {
 		rc = -ENOMEM;
-		goto out_objs;
+		goto out;
 	}
 	for (size_t i = 0; i < req.count; i++)
-		envs[i] = objs[i].env;
+		envs[i] = slots[i].env;
 	uint64_t token_end;
 	rc = materialize_check(&req, envs, &token_end, err, sizeof(err));
+	free(envs);
 	if (rc < 0) {
-		free(envs);
 		rc = fail(m, rc, "%s", err);
-		goto out_objs;
+		goto out;
 	}
 
 	/* One .npy of the concatenation. */
-	struct array_desc whole = envs[0].array;
+	struct array_desc whole = slots[0].env.array;
 	whole.shape[0] = token_end;
-	free(envs);
 	uint8_t hdr[NPY_HEADER_MAX];
 	ssize_t hl = npy_header(&whole, hdr, sizeof(hdr));
 	uint64_t payload;
 	if (hl < 0 || array_payload_len(&whole, &payload) < 0 || payload > SIZE_MAX - (size_t)hl) {
 		rc = fail(m, -EBADMSG, "the concatenation has no .npy form");
-		goto out_objs;
+		goto out;
 	}
 	m->out = malloc((size_t)hl + payload);
 	if (!m->out) {
-		rc = -ENOMEM;
-		goto out_objs;
+		rc = fail(m, -ENOMEM, "no memory for a %llu-byte result",
+			  (unsigned long long)((uint64_t)hl + payload));
+		goto out;
 	}
 	memcpy(m->out, hdr, (size_t)hl);
 	size_t at = (size_t)hl;
 	for (size_t i = 0; i < req.count; i++) {
-		size_t body = (size_t)objs[i].env.payload_len;
-		memcpy(m->out + at, objs[i].npy + (objs[i].npy_len - body), body);
+		size_t body = (size_t)slots[i].env.payload_len;
+		memcpy(m->out + at, slots[i].npy + (slots[i].npy_len - body), body);
 		at += body;
 	}
 	m->out_len = at;
-out_objs:
-	for (size_t i = 0; i < req.count; i++)
-		free(objs[i].buf);
-	free(objs);
-out_req:
+out:
+	for (size_t i = 0; slots && i < req.count; i++)
+		free(slots[i].buf);
+	free(slots);
+	free(which);
 	materialize_request_free(&req);
 	return rc;
 }
@@ -429,6 +517,16 @@ int materialize_read(struct tree *t, struct handle *h, uint64_t off, size_t size
 	*data = m->out + (off < m->out_len ? off : m->out_len);
 	*len = off >= m->out_len ? 0 : (m->out_len - off < size ? m->out_len - (size_t)off : size);
 	return 0;
+}
+
+bool materialize_busy(struct handle *h)
+{
+	struct mat *m = (struct mat *)h;
+
+	if (pthread_mutex_trylock(&m->mu) != 0)
+		return true;
+	pthread_mutex_unlock(&m->mu);
+	return false;
 }
 
 void materialize_release(struct tree *t, struct handle *h)

@@ -48,5 +48,7 @@ int materialize_write(struct tree *t, struct handle *h, uint64_t off, const void
 int materialize_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
 		     const void **data, size_t *len);
 void materialize_release(struct tree *t, struct handle *h);
+/* True while a worker runs the request (its writes would wait). */
+bool materialize_busy(struct handle *h);
 
 #endif

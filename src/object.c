@@ -30,6 +30,12 @@ static uint64_t ctime_ns(const struct stat *st)
 	return (uint64_t)st->st_ctim.tv_sec * 1000000000u + (uint64_t)st->st_ctim.tv_nsec;
 }
 
+/* Errors of the daemon's own resources, not of the store's content. */
+static bool resource_error(int rc)
+{
+	return rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM;
+}
+
 /* The store does not hold what the index says: refuse, count, say why. */
 static int corrupt(struct tree *t, struct version *ver, const char *name, const char *why)
 {
@@ -66,7 +72,7 @@ int object_read_meta(struct tree *t, struct version *ver, const uint8_t *hash, s
 	key_hex(hash, hash_len, name);
 	int fd = store_object_open(ver->dirfd, name);
 	if (fd < 0)
-		return fd == -ENOENT ? -ENOENT : corrupt(t, ver, name, strerror(-fd));
+		return fd == -ENOENT || resource_error(fd) ? fd : corrupt(t, ver, name, strerror(-fd));
 	if (fstat(fd, &st) < 0 || st.st_size < ENVELOPE_PREFIX_LEN) {
 		close(fd);
 		return corrupt(t, ver, name, "too short to be an envelope");
@@ -91,7 +97,7 @@ int object_know_size(struct tree *t, struct object *o)
 		return 0;
 	int rc = object_read_meta(t, o->ver, o->hash, o->hash_len, &env);
 	if (rc < 0)
-		return rc == -ENOENT ? -ENOENT : -EIO;
+		return rc == -ENOENT || resource_error(rc) ? rc : -EIO;
 	if (npy_file_size(&env.array, &size) < 0)
 		return -EIO;
 	atomic_store(&o->npy_size, size);
@@ -160,7 +166,7 @@ int object_open(struct tree *t, struct object *o, struct handle **h, struct tree
 	object_name(o, name);
 	int fd = store_object_open(o->ver->dirfd, name);
 	if (fd < 0)
-		return fd == -ENOENT ? -ENOENT : corrupt(t, o->ver, name, strerror(-fd));
+		return fd == -ENOENT || resource_error(fd) ? fd : corrupt(t, o->ver, name, strerror(-fd));
 	if (fstat(fd, &st) < 0) {
 		close(fd);
 		return corrupt(t, o->ver, name, strerror(errno));

@@ -384,6 +384,8 @@ static int commit(struct tree *t, struct upload *u)
 		u->ver->bytes += u->total;
 	}
 	pthread_mutex_unlock(&t->lock);
+	if (rc == 0 && o != u->obj) /* a lookup meanwhile may have cached its absence */
+		expiry_forget(t, tree_node_id(t, &u->ver->node), u->name);
 	node_unref(&o->node, 1);
 	if (rc < 0) {
 		store_object_remove(u->ver->dirfd, u->name);
@@ -423,6 +425,26 @@ int publish_finish(struct tree *t, struct handle *h)
 	tree_touch(u->ver);
 	pthread_mutex_unlock(&u->mu);
 	return rc;
+}
+
+bool publish_busy(struct handle *h)
+{
+	struct upload *u = (struct upload *)h;
+
+	if (pthread_mutex_trylock(&u->mu) != 0)
+		return true;
+	pthread_mutex_unlock(&u->mu);
+	return false;
+}
+
+void publish_discard(struct handle *h)
+{
+	struct upload *u = (struct upload *)h;
+
+	pthread_mutex_lock(&u->mu);
+	if (!u->finished && !u->error)
+		u->error = -ECANCELED;
+	pthread_mutex_unlock(&u->mu);
 }
 
 int publish_close(struct tree *t, struct handle *h, uint64_t owner)

@@ -22,6 +22,11 @@ int publish_finish(struct tree *t, struct handle *h);
  * file table (a forked child dropping its inherited copy) decides nothing
  * and returns 0, unless the publish already has its result. */
 int publish_close(struct tree *t, struct handle *h, uint64_t owner);
+/* True while another thread works on this publish (a write in progress). */
+bool publish_busy(struct handle *h);
+/* Marks a publish that never reached its writer (its create failed) so
+ * that its release counts nothing. */
+void publish_discard(struct handle *h);
 /* Last close: an uncommitted publish is dropped, leaving nothing behind. */
 void publish_release(struct tree *t, struct handle *h);
 

@@ -212,10 +212,12 @@ static void *sizer_boss(void *arg)
 	struct sizer *z = arg;
 	struct tree *t = z->t;
 
+	unsigned started = 1;
 	for (unsigned i = 1; i < z->nthreads; i++)
-		pthread_create(&z->threads[i], NULL, sizer_main, z);
+		if (pthread_create(&z->threads[started], NULL, sizer_main, z) == 0)
+			started++;
 	sizer_main(z);
-	for (unsigned i = 1; i < z->nthreads; i++)
+	for (unsigned i = 1; i < started; i++)
 		pthread_join(z->threads[i], NULL);
 	pthread_mutex_lock(&t->lock);
 	t->sizing = false;

@@ -515,7 +515,10 @@ int tree_create(struct tree *t, struct node *parent, const char *name, int flags
 		return rc;
 	}
 	r->direct_io = true; /* the bytes written are not the bytes read */
-	return positive(t, &o->node, e);
+	rc = positive(t, &o->node, e);
+	if (rc < 0)
+		publish_discard(*h);
+	return rc;
 }
 
 int tree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,
@@ -660,6 +663,8 @@ bool tree_write_quick(struct tree *t, struct handle *h, size_t len)
 	switch (h->type) {
 	case HANDLE_UPLOAD: /* a publish may wait for the start-up count of bytes */
 		return len <= QUICK_BYTES && !t->sizing;
+	case HANDLE_MATERIALIZE:
+		return !materialize_busy(h);
 	case HANDLE_CONTROL:
 		return false;
 	default:
@@ -669,7 +674,14 @@ bool tree_write_quick(struct tree *t, struct handle *h, size_t len)
 
 bool tree_flush_quick(struct tree *t, struct handle *h)
 {
+	if (h->type == HANDLE_UPLOAD) /* a commit may wait on a write or the start-up count */
+		return !t->sizing && !publish_busy(h);
 	return h->type != HANDLE_CONTROL;
+}
+
+bool tree_release_quick(struct tree *t, struct handle *h)
+{
+	return h->type != HANDLE_WEIGHTS_RANK; /* the last one may free GPU memory */
 }
 
 bool tree_opendir_quick(struct tree *t, struct node *n)

@@ -154,6 +154,7 @@ bool tree_read_quick(struct tree *t, struct handle *h);
 bool tree_write_quick(struct tree *t, struct handle *h, size_t len);
 bool tree_flush_quick(struct tree *t, struct handle *h);
 bool tree_opendir_quick(struct tree *t, struct node *n);
+bool tree_release_quick(struct tree *t, struct handle *h);
 
 /* poll(): the events an open file reports. rank<k> never becomes ready, so
  * an engine can wait in poll() and learn that the daemon died (POLLERR). */

@@ -325,11 +325,13 @@ static void *load_main(void *arg)
 	release_gpu_locked(w);
 	pthread_mutex_unlock(&w->mu);
 
+	/* The thread's reference goes before it counts itself out: shutdown
+	 * frees what is left once no load runs. */
+	node_unref(&w->node, 1);
 	pthread_mutex_lock(&t->weights_mu);
 	t->loads_running--;
 	pthread_cond_broadcast(&t->weights_cv);
 	pthread_mutex_unlock(&t->weights_mu);
-	node_unref(&w->node, 1); /* the thread's reference */
 	return NULL;
 }
 
@@ -500,6 +502,9 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 	t->loads_running++;
 	pthread_mutex_unlock(&t->weights_mu);
 
+	log_info("weights %s: loading %s (%s, %zu files, %" PRIu64 " bytes) onto GPU %s", wv, dir,
+		 ckpt.layout == CHECKPOINT_HF ? "Hugging Face, replicated" : "vLLM sharded",
+		 ckpt.nfiles, w->bytes_total, w->gpus);
 	w->started_ns = now_ns();
 	node_ref(&w->node); /* the thread's */
 	pthread_attr_t attr;
@@ -521,9 +526,6 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 		node_unref(&w->node, 1);
 		return -EAGAIN;
 	}
-	log_info("weights %s: loading %s (%s, %zu files, %" PRIu64 " bytes) onto GPU %s", wv, dir,
-		 ckpt.layout == CHECKPOINT_HF ? "Hugging Face, replicated" : "vLLM sharded",
-		 ckpt.nfiles, w->bytes_total, w->gpus);
 	return 0;
 }
 

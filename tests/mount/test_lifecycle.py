@@ -231,3 +231,26 @@ def test_sigterm_unmounts_cleanly(tmp_path):
     m.start()
     assert read_result(m.path(WV, "00")) == npy_bytes(routed_experts(4))
     m.stop()
+
+
+def test_single_threaded_mode_serves_slow_requests(tmp_path):
+    """-s: libfuse's own loop, no workers; requests that would go to a
+    worker (a large read, a materialized request, a control command) run in
+    place."""
+    m = Mount(tmp_path).start(extra_args=["-s"])
+    try:
+        os.mkdir(m.path(WV))
+        big = routed_experts(4096, layers=61, top_k=8, dtype=np.uint16)  # 4 MB
+        assert publish(m.path(WV, "00"), encode(WV, "00", big)) == 0
+        assert read_result(m.path(WV, "00")) == npy_bytes(big)
+        assert publish(m.path(WV, "01"), encode(WV, "01", routed_experts(16, seed=1))) == 0
+        with open(m.path(WV, ".materialize"), "r+b") as f:
+            f.write(b"01\n")
+            f.seek(0)
+            assert f.read() == npy_bytes(routed_experts(16, seed=1))
+        fd = os.open(m.path(".artfs", "control"), os.O_WRONLY)
+        with pytest.raises(FileNotFoundError):
+            os.write(fd, b"unload absent\n")
+        os.close(fd)
+    finally:
+        m.stop()
