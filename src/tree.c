@@ -50,6 +50,8 @@ struct node *tree_node_from_id(struct tree *t, uint64_t id)
 	return id == 1 ? &t->root : (struct node *)(uintptr_t)id;
 }
 
+static void release_open_handles(struct tree *t);
+
 int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen)
 {
 	memset(t, 0, sizeof(*t));
@@ -81,6 +83,7 @@ fail:
 void tree_close(struct tree *t)
 {
 	scan_size_stop(t);
+	release_open_handles(t);
 	weights_shutdown(t);
 	index_destroy(&t->idx);
 	if (t->store.path)
@@ -563,10 +566,27 @@ int tree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,
 	}
 }
 
-static void handle_put(struct tree *t, struct handle *h)
+static struct handle open_handles = { .prev = &open_handles, .next = &open_handles };
+static pthread_mutex_t open_handles_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void handle_init(struct handle *h, enum handle_type type)
 {
-	if (atomic_fetch_sub(&h->users, 1) != 1)
-		return;
+	h->type = type;
+	atomic_init(&h->users, 1);
+	pthread_mutex_lock(&open_handles_lock);
+	h->next = &open_handles;
+	h->prev = open_handles.prev;
+	open_handles.prev->next = h;
+	open_handles.prev = h;
+	pthread_mutex_unlock(&open_handles_lock);
+}
+
+static void handle_free(struct tree *t, struct handle *h)
+{
+	pthread_mutex_lock(&open_handles_lock);
+	h->prev->next = h->next;
+	h->next->prev = h->prev;
+	pthread_mutex_unlock(&open_handles_lock);
 	switch (h->type) {
 	case HANDLE_UPLOAD:
 		publish_release(t, h);
@@ -591,6 +611,25 @@ static void handle_put(struct tree *t, struct handle *h)
 		break;
 	default:
 		break;
+	}
+}
+
+static void handle_put(struct tree *t, struct handle *h)
+{
+	if (atomic_fetch_sub(&h->users, 1) == 1)
+		handle_free(t, h);
+}
+
+/* Releases the handles whose RELEASE the kernel never sent (shutdown). */
+static void release_open_handles(struct tree *t)
+{
+	for (;;) {
+		pthread_mutex_lock(&open_handles_lock);
+		struct handle *h = open_handles.next == &open_handles ? NULL : open_handles.next;
+		pthread_mutex_unlock(&open_handles_lock);
+		if (!h)
+			break;
+		handle_free(t, h);
 	}
 }
 

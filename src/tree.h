@@ -83,13 +83,13 @@ enum handle_type {
 struct handle {
 	uint8_t type;
 	_Atomic uint32_t users;
+	struct handle *prev, *next; /* every open handle, released at shutdown */
 };
 
-static inline void handle_init(struct handle *h, enum handle_type type)
-{
-	h->type = type;
-	atomic_init(&h->users, 1);
-}
+/* Every handle starts here: one user (its release), and a place in the
+ * list of open handles (a RELEASE still queued when the daemon stops is
+ * done by tree_close). */
+void handle_init(struct handle *h, enum handle_type type);
 
 struct tree_dirent {
 	const char *name;
