@@ -23,7 +23,16 @@ static int lock_store(struct store *s, char *err, size_t errlen)
 		snprintf(err, errlen, "store %s: cannot open its lock file: %s", s->path, strerror(e));
 		return -e;
 	}
-	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+	/* A daemon that was just unmounted may still be finishing: give it a
+	 * few seconds before calling the store busy. */
+	int rc;
+	for (int tries = 0;; tries++) {
+		rc = flock(s->lock_fd, LOCK_EX | LOCK_NB);
+		if (rc == 0 || errno != EWOULDBLOCK || tries == 100)
+			break;
+		usleep(50 * 1000);
+	}
+	if (rc < 0) {
 		int e = errno;
 		ssize_t n = pread(s->lock_fd, pid, sizeof(pid) - 1, 0);
 		pid[n > 0 ? n : 0] = '\0';
