@@ -17,6 +17,16 @@ SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime e
                    "SUMMARY: UndefinedBehaviorSanitizer")
 
 
+def wait_for(cond, timeout=10.0, step=0.02):
+    """cond() true within timeout seconds (checked once more at the end)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
 def is_mounted(path):
     path = os.path.realpath(path)
     with open("/proc/self/mounts") as f:

@@ -11,19 +11,10 @@ import time
 import numpy as np
 import pytest
 
-from conftest import DAEMON, Mount, is_mounted, publish, read_result
+from conftest import DAEMON, Mount, is_mounted, publish, read_result, wait_for
 from envelope import encode, npy_bytes, routed_experts
 
 WV = "default"
-
-
-def wait_for(cond, timeout=10.0, step=0.05):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 def test_idle_versions_are_collected_after_ttl(make_mount):

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import VECTORS, errname, publish, read_result
+from conftest import VECTORS, errname, publish, read_result, wait_for
 from envelope import encode, npy_bytes, routed_experts
 
 WV = "default"
@@ -900,15 +900,6 @@ def test_truncating_materialize_does_not_touch_other_opens(mnt):
         os.truncate(p, 10)
     assert e.value.errno == errno.EPERM
     assert os.stat(p).st_size == 0
-
-
-def wait_for(cond, timeout=10.0, step=0.02):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 def test_open_materialize_counts_as_an_open_file_of_its_version(mnt):
