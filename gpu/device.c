@@ -36,12 +36,3 @@ int gpu_devices(struct gpu_device *out, int cap, char *err, size_t errlen)
 	}
 	return n;
 }
-
-int64_t gpu_free_bytes(int device)
-{
-	size_t free_b = 0, total = 0;
-
-	if (cudaSetDevice(device) != cudaSuccess || cudaMemGetInfo(&free_b, &total) != cudaSuccess)
-		return -ENODEV;
-	return (int64_t)free_b;
-}

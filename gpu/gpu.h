@@ -24,8 +24,6 @@ struct gpu_device {
 /* Fills up to cap devices; returns how many, or -ENODEV (no driver, no
  * device) with the reason in err. */
 int gpu_devices(struct gpu_device *out, int cap, char *err, size_t errlen);
-/* Free bytes on a device (for status and tests), or a negative errno. */
-int64_t gpu_free_bytes(int device);
 
 /* One tensor's bytes: where they are in which file, where they go in the slab. */
 struct gpu_piece {

@@ -45,15 +45,6 @@ int array_payload_len(const struct array_desc *a, uint64_t *len)
 	return 0;
 }
 
-uint64_t array_row_bytes(const struct array_desc *a)
-{
-	uint64_t n = a->itemsize;
-
-	for (unsigned i = 1; i < a->ndim; i++)
-		n *= a->shape[i];
-	return n;
-}
-
 void array_shape_text(const struct array_desc *a, char *buf, size_t len)
 {
 	size_t used = 0;

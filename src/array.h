@@ -22,10 +22,6 @@ int array_dtype_set(struct array_desc *a, const char *dtype);
 /* prod(shape) * itemsize; -EOVERFLOW when it does not fit in 64 bits. */
 int array_payload_len(const struct array_desc *a, uint64_t *len);
 
-/* Rows of one token: prod(shape[1:]) * itemsize (callers have checked that
- * array_payload_len does not overflow). */
-uint64_t array_row_bytes(const struct array_desc *a);
-
 /* "4,3,2" into buf (at least ARRAY_SHAPE_TEXT_MAX bytes). */
 #define ARRAY_SHAPE_TEXT_MAX (ARTFS_NDIM_MAX * 21 + 1)
 void array_shape_text(const struct array_desc *a, char *buf, size_t len);

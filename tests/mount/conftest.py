@@ -27,6 +27,15 @@ def wait_for(cond, timeout=10.0, step=0.02):
     return cond()
 
 
+def flip_byte(path, offset_from_end=1):
+    """Damages one byte of a stored file, as a bit flip in the store would."""
+    with open(path, "r+b") as f:
+        f.seek(-offset_from_end, os.SEEK_END)
+        b = f.read(1)
+        f.seek(-offset_from_end, os.SEEK_END)
+        f.write(bytes([b[0] ^ 0x40]))
+
+
 def is_mounted(path):
     path = os.path.realpath(path)
     with open("/proc/self/mounts") as f:

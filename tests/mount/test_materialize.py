@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import VECTORS, errname, publish, read_result, wait_for
+from conftest import VECTORS, errname, flip_byte, publish, read_result, wait_for
 from envelope import encode, npy_bytes, routed_experts
 
 WV = "default"
@@ -427,14 +427,6 @@ def test_extra_trailing_full_block(mnt):
 
 
 # ---- ENOENT, EIO and their precedence --------------------------------------------------
-
-def flip_byte(path, offset_from_end=1):
-    with open(path, "r+b") as f:
-        f.seek(-offset_from_end, os.SEEK_END)
-        b = f.read(1)
-        f.seek(-offset_from_end, os.SEEK_END)
-        f.write(bytes([b[0] ^ 0x40]))
-
 
 def test_missing_object_is_enoent(mnt):
     hashes = publish_request(mnt, standard(rows=(16, 16, 8)))

@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import Mount, publish, read_result
+from conftest import Mount, flip_byte, publish, read_result
 from envelope import encode, npy_bytes, pack, routed_experts
 
 WV = "default"
@@ -141,14 +141,6 @@ def test_xattrs_rebuild_the_envelope(mnt):
     r = subprocess.run(["setfattr", "-n", "user.artfs.kind", "-v", "block", p],
                        capture_output=True, text=True)
     assert r.returncode != 0
-
-
-def flip_byte(path, offset_from_end=1):
-    with open(path, "r+b") as f:
-        f.seek(-offset_from_end, os.SEEK_END)
-        b = f.read(1)
-        f.seek(-offset_from_end, os.SEEK_END)
-        f.write(bytes([b[0] ^ 0x40]))
 
 
 def test_corrupted_store_fails_closed_with_eio(mnt):
