@@ -74,7 +74,7 @@ static void free_file(struct checkpoint_file *f)
 {
 	free(f->name);
 	free(f->path);
-	st_free(&f->st);
+	safetensors_free(&f->st);
 	memset(f, 0, sizeof(*f));
 }
 
@@ -335,7 +335,7 @@ static int read_headers(int dfd, struct checkpoint *c, char *err, size_t errlen)
 			break;
 		}
 		/* Follows symlinks; O_NONBLOCK so that a FIFO cannot hang us
-		 * before st_read refuses it. */
+		 * before safetensors_read refuses it. */
 		int fd = openat(dfd, f->name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 		if (fd < 0) {
 			/* A dangling link is a broken checkpoint, not a missing one. */
@@ -343,7 +343,7 @@ static int read_headers(int dfd, struct checkpoint *c, char *err, size_t errlen)
 			reason(rc, err, errlen, "%s: %s", f->name, strerror(errno));
 			break;
 		}
-		rc = st_read(fd, &f->st, why, sizeof(why));
+		rc = safetensors_read(fd, &f->st, why, sizeof(why));
 		close(fd);
 		if (rc < 0) {
 			reason(rc, err, errlen, "%s: %s", f->name, why);
@@ -358,7 +358,7 @@ static int read_headers(int dfd, struct checkpoint *c, char *err, size_t errlen)
 		sha256_update(&rev, f->name, strlen(f->name) + 1);
 		put_be64(&rev, f->st.file_size);
 		put_be64(&rev, f->st.header_len);
-		sha256_update(&rev, f->st.raw + ST_PREFIX_LEN, (size_t)f->st.header_len);
+		sha256_update(&rev, f->st.raw + SAFETENSORS_PREFIX_LEN, (size_t)f->st.header_len);
 		/* Only the revision needs the raw header; do not hold them all. */
 		free(f->st.raw);
 		f->st.raw = NULL;
@@ -413,7 +413,7 @@ static int check_names(struct checkpoint *c, json_t *weight_map, char *err, size
 	for (size_t i = 1; i < n; i++)
 		if (by_rank_name(&refs[i - 1], &refs[i]) == 0) {
 			const char *a = c->files[refs[i - 1].file].name, *b = c->files[refs[i].file].name;
-			if (a == b)  /* st_parse refuses duplicate keys; cannot happen */
+			if (a == b)  /* safetensors_parse refuses duplicate keys; cannot happen */
 				rc = reason(-EINVAL, err, errlen, "%s: tensor \"%.64s\" twice", a, refs[i].name);
 			else
 				rc = reason(-EINVAL, err, errlen, "%s: tensor \"%.64s\" is also in %s", b,
@@ -501,16 +501,16 @@ static int by_string(const void *a, const void *b)
 
 static void collect_dtypes(struct checkpoint *c)
 {
-	bool seen[ST_DTYPE_COUNT] = { false };
-	const char *names[ST_DTYPE_COUNT];
+	bool seen[SAFETENSORS_DTYPE_COUNT] = { false };
+	const char *names[SAFETENSORS_DTYPE_COUNT];
 	size_t n = 0, at = 0;
 
 	for (size_t i = 0; i < c->nfiles; i++)
 		for (size_t t = 0; t < c->files[i].st.count; t++)
 			seen[c->files[i].st.tensors[t].dtype] = true;
-	for (unsigned d = 0; d < ST_DTYPE_COUNT; d++)
+	for (unsigned d = 0; d < SAFETENSORS_DTYPE_COUNT; d++)
 		if (seen[d])
-			names[n++] = st_dtype_name((enum st_dtype)d);
+			names[n++] = safetensors_dtype_name((enum safetensors_dtype)d);
 	qsort(names, n, sizeof(*names), by_string);
 	c->dtypes[0] = '\0';
 	/* All 22 names and commas take 122 bytes: this never truncates. */
@@ -574,7 +574,7 @@ uint64_t checkpoint_rank_bytes(const struct checkpoint *c, int rank)
 		const struct checkpoint_file *f = &c->files[i];
 		if (f->rank != -1 && f->rank != rank)
 			continue;
-		/* The tensors cover the data buffer exactly (st_parse). */
+		/* The tensors cover the data buffer exactly (safetensors_parse). */
 		if (__builtin_add_overflow(sum, f->st.file_size - f->st.data_start, &sum))
 			return UINT64_MAX;
 	}

@@ -31,7 +31,7 @@ struct checkpoint_file {
 	char *path;          /* dir + "/" + name */
 	int rank;            /* -1: every rank (layout A) */
 	int part;            /* p of model-rank-<k>-part-<p>; -1 in layout A */
-	struct st_file st;   /* header; st.raw already freed */
+	struct safetensors_file st;   /* header; st.raw already freed */
 };
 
 struct checkpoint {

@@ -16,52 +16,52 @@
 static const struct {
 	const char *name;
 	unsigned bits;
-} dtypes[ST_DTYPE_COUNT] = {
-	[ST_BOOL] = { "BOOL", 8 },
-	[ST_F4] = { "F4", 4 },
-	[ST_F6_E2M3] = { "F6_E2M3", 6 },
-	[ST_F6_E3M2] = { "F6_E3M2", 6 },
-	[ST_U8] = { "U8", 8 },
-	[ST_I8] = { "I8", 8 },
-	[ST_F8_E5M2] = { "F8_E5M2", 8 },
-	[ST_F8_E4M3] = { "F8_E4M3", 8 },
-	[ST_F8_E8M0] = { "F8_E8M0", 8 },
-	[ST_F8_E4M3FNUZ] = { "F8_E4M3FNUZ", 8 },
-	[ST_F8_E5M2FNUZ] = { "F8_E5M2FNUZ", 8 },
-	[ST_I16] = { "I16", 16 },
-	[ST_U16] = { "U16", 16 },
-	[ST_F16] = { "F16", 16 },
-	[ST_BF16] = { "BF16", 16 },
-	[ST_I32] = { "I32", 32 },
-	[ST_U32] = { "U32", 32 },
-	[ST_F32] = { "F32", 32 },
-	[ST_C64] = { "C64", 64 },
-	[ST_F64] = { "F64", 64 },
-	[ST_I64] = { "I64", 64 },
-	[ST_U64] = { "U64", 64 },
+} dtypes[SAFETENSORS_DTYPE_COUNT] = {
+	[SAFETENSORS_BOOL] = { "BOOL", 8 },
+	[SAFETENSORS_F4] = { "F4", 4 },
+	[SAFETENSORS_F6_E2M3] = { "F6_E2M3", 6 },
+	[SAFETENSORS_F6_E3M2] = { "F6_E3M2", 6 },
+	[SAFETENSORS_U8] = { "U8", 8 },
+	[SAFETENSORS_I8] = { "I8", 8 },
+	[SAFETENSORS_F8_E5M2] = { "F8_E5M2", 8 },
+	[SAFETENSORS_F8_E4M3] = { "F8_E4M3", 8 },
+	[SAFETENSORS_F8_E8M0] = { "F8_E8M0", 8 },
+	[SAFETENSORS_F8_E4M3FNUZ] = { "F8_E4M3FNUZ", 8 },
+	[SAFETENSORS_F8_E5M2FNUZ] = { "F8_E5M2FNUZ", 8 },
+	[SAFETENSORS_I16] = { "I16", 16 },
+	[SAFETENSORS_U16] = { "U16", 16 },
+	[SAFETENSORS_F16] = { "F16", 16 },
+	[SAFETENSORS_BF16] = { "BF16", 16 },
+	[SAFETENSORS_I32] = { "I32", 32 },
+	[SAFETENSORS_U32] = { "U32", 32 },
+	[SAFETENSORS_F32] = { "F32", 32 },
+	[SAFETENSORS_C64] = { "C64", 64 },
+	[SAFETENSORS_F64] = { "F64", 64 },
+	[SAFETENSORS_I64] = { "I64", 64 },
+	[SAFETENSORS_U64] = { "U64", 64 },
 };
 
-const char *st_dtype_name(enum st_dtype dt)
+const char *safetensors_dtype_name(enum safetensors_dtype dt)
 {
-	return (unsigned)dt < ST_DTYPE_COUNT ? dtypes[dt].name : "?";
+	return (unsigned)dt < SAFETENSORS_DTYPE_COUNT ? dtypes[dt].name : "?";
 }
 
-unsigned st_dtype_bits(enum st_dtype dt)
+unsigned safetensors_dtype_bits(enum safetensors_dtype dt)
 {
-	return (unsigned)dt < ST_DTYPE_COUNT ? dtypes[dt].bits : 0;
+	return (unsigned)dt < SAFETENSORS_DTYPE_COUNT ? dtypes[dt].bits : 0;
 }
 
-int st_dtype_from_name(const char *name, enum st_dtype *dt)
+int safetensors_dtype_from_name(const char *name, enum safetensors_dtype *dt)
 {
-	for (unsigned i = 0; i < ST_DTYPE_COUNT; i++)
+	for (unsigned i = 0; i < SAFETENSORS_DTYPE_COUNT; i++)
 		if (strcmp(name, dtypes[i].name) == 0) {
-			*dt = (enum st_dtype)i;
+			*dt = (enum safetensors_dtype)i;
 			return 0;
 		}
 	return -EINVAL;
 }
 
-void st_free(struct st_file *f)
+void safetensors_free(struct safetensors_file *f)
 {
 	free(f->tensors);
 	free(f->names);
@@ -104,7 +104,7 @@ static int check_metadata(json_t *meta, char *err, size_t errlen)
 
 /* One tensor entry; on success t holds everything but name and offset, and
  * *begin, *end its data_offsets. */
-static int parse_tensor(const char *name, json_t *entry, struct st_tensor *t, uint64_t *begin,
+static int parse_tensor(const char *name, json_t *entry, struct safetensors_tensor *t, uint64_t *begin,
 			uint64_t *end, char *err, size_t errlen)
 {
 	json_t *dtype = json_object_get(entry, "dtype");
@@ -117,13 +117,13 @@ static int parse_tensor(const char *name, json_t *entry, struct st_tensor *t, ui
 		return reason(-EINVAL, err, errlen,
 			    "tensor \"%.64s\" does not have exactly dtype, shape and data_offsets", name);
 
-	if (!json_is_string(dtype) || st_dtype_from_name(json_string_value(dtype), &t->dtype) < 0)
+	if (!json_is_string(dtype) || safetensors_dtype_from_name(json_string_value(dtype), &t->dtype) < 0)
 		return reason(-EINVAL, err, errlen, "tensor \"%.64s\": unknown dtype", name);
 
 	size_t ndim = json_array_size(shape);
-	if (!json_is_array(shape) || ndim > ST_NDIM_MAX)
+	if (!json_is_array(shape) || ndim > SAFETENSORS_NDIM_MAX)
 		return reason(-EINVAL, err, errlen, "tensor \"%.64s\": shape is not a list of at most %d integers",
-			    name, ST_NDIM_MAX);
+			    name, SAFETENSORS_NDIM_MAX);
 	t->ndim = (uint8_t)ndim;
 	uint64_t elems = 1;
 	bool overflow = false;
@@ -136,11 +136,11 @@ static int parse_tensor(const char *name, json_t *entry, struct st_tensor *t, ui
 		overflow |= __builtin_mul_overflow(elems, t->shape[i], &elems);
 	}
 	uint64_t bits;
-	if (overflow || __builtin_mul_overflow(elems, (uint64_t)st_dtype_bits(t->dtype), &bits))
+	if (overflow || __builtin_mul_overflow(elems, (uint64_t)safetensors_dtype_bits(t->dtype), &bits))
 		return reason(-EINVAL, err, errlen, "tensor \"%.64s\": size of shape overflows", name);
 	if (bits % 8)
 		return reason(-EINVAL, err, errlen, "tensor \"%.64s\": %s data ends inside a byte", name,
-			    st_dtype_name(t->dtype));
+			    safetensors_dtype_name(t->dtype));
 	t->size = bits / 8;
 
 	if (!json_is_array(offsets) || json_array_size(offsets) != 2 ||
@@ -161,7 +161,7 @@ static int parse_tensor(const char *name, json_t *entry, struct st_tensor *t, ui
  * are still relative here. */
 static int by_offset(const void *a, const void *b)
 {
-	const struct st_tensor *x = a, *y = b;
+	const struct safetensors_tensor *x = a, *y = b;
 
 	if (x->offset != y->offset)
 		return x->offset < y->offset ? -1 : 1;
@@ -170,7 +170,7 @@ static int by_offset(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
-static int parse_root(json_t *root, uint64_t data_len, struct st_file *out, char *err, size_t errlen)
+static int parse_root(json_t *root, uint64_t data_len, struct safetensors_file *out, char *err, size_t errlen)
 {
 	const char *name;
 	json_t *v;
@@ -185,8 +185,8 @@ static int parse_root(json_t *root, uint64_t data_len, struct st_file *out, char
 		}
 		/* jansson refuses NUL in strings, so strlen is the key's length. */
 		size_t len = strlen(name);
-		if (len < 1 || len > ST_NAME_MAX)
-			return reason(-EINVAL, err, errlen, "tensor name of %zu bytes (1..%d)", len, ST_NAME_MAX);
+		if (len < 1 || len > SAFETENSORS_NAME_MAX)
+			return reason(-EINVAL, err, errlen, "tensor name of %zu bytes (1..%d)", len, SAFETENSORS_NAME_MAX);
 		names_len += len + 1;
 		n++;
 	}
@@ -199,7 +199,7 @@ static int parse_root(json_t *root, uint64_t data_len, struct st_file *out, char
 	json_object_foreach(root, name, v) {
 		if (strcmp(name, "__metadata__") == 0)
 			continue;
-		struct st_tensor *t = &out->tensors[out->count];
+		struct safetensors_tensor *t = &out->tensors[out->count];
 		uint64_t begin, end;
 		int rc = parse_tensor(name, v, t, &begin, &end, err, errlen);
 		if (rc < 0)
@@ -215,7 +215,7 @@ static int parse_root(json_t *root, uint64_t data_len, struct st_file *out, char
 	qsort(out->tensors, out->count, sizeof(*out->tensors), by_offset);
 	uint64_t next = 0;
 	for (size_t i = 0; i < out->count; i++) {
-		struct st_tensor *t = &out->tensors[i];
+		struct safetensors_tensor *t = &out->tensors[i];
 		if (t->offset < next)
 			return reason(-EINVAL, err, errlen, "tensor \"%.64s\" overlaps the one before it", t->name);
 		if (t->offset > next)
@@ -232,31 +232,31 @@ static int parse_root(json_t *root, uint64_t data_len, struct st_file *out, char
 	return 0;
 }
 
-int st_parse(const uint8_t *buf, size_t len, uint64_t file_size, struct st_file *out,
+int safetensors_parse(const uint8_t *buf, size_t len, uint64_t file_size, struct safetensors_file *out,
 	     char *err, size_t errlen)
 {
 	json_error_t jerr;
 
 	memset(out, 0, sizeof(*out));
-	if (len < ST_PREFIX_LEN || file_size < ST_PREFIX_LEN)
+	if (len < SAFETENSORS_PREFIX_LEN || file_size < SAFETENSORS_PREFIX_LEN)
 		return reason(-EINVAL, err, errlen, "shorter than the 8-byte header length");
 	uint64_t n = le64(buf);
-	if (n > ST_HEADER_MAX)
+	if (n > SAFETENSORS_HEADER_MAX)
 		return reason(-EINVAL, err, errlen, "header length %llu over %u", (unsigned long long)n,
-			    ST_HEADER_MAX);
-	if (n > file_size - ST_PREFIX_LEN)
+			    SAFETENSORS_HEADER_MAX);
+	if (n > file_size - SAFETENSORS_PREFIX_LEN)
 		return reason(-EINVAL, err, errlen, "header of %llu bytes runs past the end of the file",
 			    (unsigned long long)n);
-	if (n > len - ST_PREFIX_LEN)
+	if (n > len - SAFETENSORS_PREFIX_LEN)
 		return reason(-EINVAL, err, errlen, "header of %llu bytes cut short", (unsigned long long)n);
 	out->header_len = n;
-	out->data_start = ST_PREFIX_LEN + n;
+	out->data_start = SAFETENSORS_PREFIX_LEN + n;
 	out->file_size = file_size;
 
 	/* jansson checks UTF-8, refuses NUL in strings, integers beyond int64,
 	 * nesting beyond 2048 and, with this flag, duplicate keys (so duplicate
 	 * tensor names); trailing non-space bytes are an error. */
-	json_t *root = json_loadb((const char *)buf + ST_PREFIX_LEN, (size_t)n, JSON_REJECT_DUPLICATES,
+	json_t *root = json_loadb((const char *)buf + SAFETENSORS_PREFIX_LEN, (size_t)n, JSON_REJECT_DUPLICATES,
 				  &jerr);
 	if (!root)
 		return reason(-EINVAL, err, errlen, "header JSON: %s", jerr.text);
@@ -264,7 +264,7 @@ int st_parse(const uint8_t *buf, size_t len, uint64_t file_size, struct st_file 
 				      : reason(-EINVAL, err, errlen, "header JSON is not an object");
 	json_decref(root);
 	if (rc < 0)
-		st_free(out);
+		safetensors_free(out);
 	return rc;
 }
 
@@ -285,10 +285,10 @@ static int pread_full(int fd, void *buf, size_t len, off_t off)
 	return 0;
 }
 
-int st_read(int fd, struct st_file *out, char *err, size_t errlen)
+int safetensors_read(int fd, struct safetensors_file *out, char *err, size_t errlen)
 {
 	struct stat st;
-	uint8_t prefix[ST_PREFIX_LEN];
+	uint8_t prefix[SAFETENSORS_PREFIX_LEN];
 	int rc;
 
 	memset(out, 0, sizeof(*out));
@@ -297,27 +297,27 @@ int st_read(int fd, struct st_file *out, char *err, size_t errlen)
 	if (!S_ISREG(st.st_mode))
 		return reason(-EINVAL, err, errlen, "not a regular file");
 	uint64_t size = (uint64_t)st.st_size;
-	if (size < ST_PREFIX_LEN)
+	if (size < SAFETENSORS_PREFIX_LEN)
 		return reason(-EINVAL, err, errlen, "shorter than the 8-byte header length");
 	rc = pread_full(fd, prefix, sizeof(prefix), 0);
 	if (rc < 0)
 		return reason(rc, err, errlen, "read: %s", strerror(-rc));
 	uint64_t n = le64(prefix);
-	/* Bound N before allocating for it; st_parse repeats these checks. */
-	if (n > ST_HEADER_MAX || n > size - ST_PREFIX_LEN)
-		return st_parse(prefix, sizeof(prefix), size, out, err, errlen);
+	/* Bound N before allocating for it; safetensors_parse repeats these checks. */
+	if (n > SAFETENSORS_HEADER_MAX || n > size - SAFETENSORS_PREFIX_LEN)
+		return safetensors_parse(prefix, sizeof(prefix), size, out, err, errlen);
 
-	size_t raw_len = ST_PREFIX_LEN + (size_t)n;
+	size_t raw_len = SAFETENSORS_PREFIX_LEN + (size_t)n;
 	uint8_t *raw = malloc(raw_len);
 	if (!raw)
 		return reason(-ENOMEM, err, errlen, "out of memory for a %zu-byte header", raw_len);
-	memcpy(raw, prefix, ST_PREFIX_LEN);
-	rc = pread_full(fd, raw + ST_PREFIX_LEN, (size_t)n, ST_PREFIX_LEN);
+	memcpy(raw, prefix, SAFETENSORS_PREFIX_LEN);
+	rc = pread_full(fd, raw + SAFETENSORS_PREFIX_LEN, (size_t)n, SAFETENSORS_PREFIX_LEN);
 	if (rc < 0) {
 		free(raw);
 		return reason(rc, err, errlen, "read: %s", strerror(-rc));
 	}
-	rc = st_parse(raw, raw_len, size, out, err, errlen);
+	rc = safetensors_parse(raw, raw_len, size, out, err, errlen);
 	if (rc < 0) {
 		free(raw);
 		return rc;

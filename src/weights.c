@@ -29,7 +29,7 @@ struct weights_rank {
 	struct artfs_fingerprint fp;
 	uint64_t total_bytes;        /* tensor bytes */
 	struct gpu_piece *pieces;    /* rank's tensors, in file order */
-	const struct st_tensor **tensors; /* the same order: what each piece is */
+	const struct safetensors_tensor **tensors; /* the same order: what each piece is */
 	size_t npieces;
 	uint32_t attached;           /* open rank<k> files (w->mu) */
 };
@@ -193,7 +193,7 @@ static int plan_rank(struct weights *w, int r, int source_rank)
 		if (cf->rank != -1 && cf->rank != source_rank)
 			continue;
 		for (size_t i = 0; i < cf->st.count; i++) {
-			const struct st_tensor *ts = &cf->st.tensors[i];
+			const struct safetensors_tensor *ts = &cf->st.tensors[i];
 			at = align_up(at, ARTFS_TENSOR_ALIGN);
 			wr->pieces[wr->npieces] = (struct gpu_piece){
 				.file = (uint32_t)f, .file_offset = ts->offset, .size = ts->size, .slab_offset = at,
@@ -254,13 +254,13 @@ static char *build_manifest(struct weights *w)
 		key_hex(wr->dev.uuid, 16, uuid);
 		json_t *tensors = json_object();
 		for (size_t i = 0; i < wr->npieces && tensors; i++) {
-			const struct st_tensor *ts = wr->tensors[i];
+			const struct safetensors_tensor *ts = wr->tensors[i];
 			json_t *shape = json_array();
 			for (unsigned d = 0; d < ts->ndim; d++)
 				json_array_append_new(shape, json_integer((json_int_t)ts->shape[d]));
 			json_object_set_new(tensors, ts->name,
 					    json_pack("{s:s, s:o, s:i, s:I, s:I}", "dtype",
-						      st_dtype_name(ts->dtype), "shape", shape, "slab", 0,
+						      safetensors_dtype_name(ts->dtype), "shape", shape, "slab", 0,
 						      "offset", (json_int_t)wr->pieces[i].slab_offset,
 						      "size", (json_int_t)ts->size));
 		}

@@ -73,10 +73,10 @@ static void write_st(const char *path, const char *names, const char *dtype, uns
 	json_t *hdr = json_object();
 	char *copy = strdup(names), *save = NULL;
 	uint64_t off = 0;
-	enum st_dtype dt;
+	enum safetensors_dtype dt;
 
-	ck_assert_int_eq(st_dtype_from_name(dtype, &dt), 0);
-	uint64_t size = (uint64_t)elems * st_dtype_bits(dt) / 8;
+	ck_assert_int_eq(safetensors_dtype_from_name(dtype, &dt), 0);
+	uint64_t size = (uint64_t)elems * safetensors_dtype_bits(dt) / 8;
 	for (char *n = strtok_r(copy, ",", &save); n; n = strtok_r(NULL, ",", &save)) {
 		json_object_set_new(hdr, n, json_pack("{s:s, s:[I], s:[I,I]}", "dtype", dtype,
 						      "shape", (json_int_t)elems, "data_offsets",

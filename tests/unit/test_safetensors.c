@@ -26,11 +26,11 @@ static uint8_t *build(const char *header, size_t data_len, size_t *len)
 	return buf;
 }
 
-static int parse_text(const char *header, size_t data_len, struct st_file *f, char *err, size_t errlen)
+static int parse_text(const char *header, size_t data_len, struct safetensors_file *f, char *err, size_t errlen)
 {
 	size_t len;
 	uint8_t *buf = build(header, data_len, &len);
-	int rc = st_parse(buf, len, len, f, err, errlen);
+	int rc = safetensors_parse(buf, len, len, f, err, errlen);
 	free(buf);
 	return rc;
 }
@@ -45,18 +45,18 @@ START_TEST(reference_vectors)
 		"\0\0\0\0\0\0\x80\x3f\0\0\0\x40\0\0\x40\x40\0\0\x80\x40\0\0\xa0\x40";
 	static const char empty[] = "\x08\0\0\0\0\0\0\0{}      ";
 	static const char meta[] = "(\0\0\0\0\0\0\0{\"__metadata__\":{\"framework\":\"pt\"}}     ";
-	struct st_file f;
+	struct safetensors_file f;
 	char err[256];
 
 	ck_assert_uint_eq(sizeof(one) - 1, 8 + 64 + 24);
-	ck_assert_int_eq(st_parse((const uint8_t *)one, sizeof(one) - 1, sizeof(one) - 1, &f, err,
+	ck_assert_int_eq(safetensors_parse((const uint8_t *)one, sizeof(one) - 1, sizeof(one) - 1, &f, err,
 				  sizeof(err)), 0);
 	ck_assert_uint_eq(f.header_len, 64);
 	ck_assert_uint_eq(f.data_start, 72);
 	ck_assert_uint_eq(f.file_size, 96);
 	ck_assert_uint_eq(f.count, 1);
 	ck_assert_str_eq(f.tensors[0].name, "attn.0");
-	ck_assert_int_eq(f.tensors[0].dtype, ST_F32);
+	ck_assert_int_eq(f.tensors[0].dtype, SAFETENSORS_F32);
 	ck_assert_uint_eq(f.tensors[0].ndim, 3);
 	ck_assert_uint_eq(f.tensors[0].shape[0], 1);
 	ck_assert_uint_eq(f.tensors[0].shape[1], 2);
@@ -64,23 +64,23 @@ START_TEST(reference_vectors)
 	ck_assert_uint_eq(f.tensors[0].offset, 72);
 	ck_assert_uint_eq(f.tensors[0].size, 24);
 	ck_assert_ptr_null(f.raw);
-	st_free(&f);
+	safetensors_free(&f);
 
-	ck_assert_int_eq(st_parse((const uint8_t *)empty, sizeof(empty) - 1, sizeof(empty) - 1, &f, err,
+	ck_assert_int_eq(safetensors_parse((const uint8_t *)empty, sizeof(empty) - 1, sizeof(empty) - 1, &f, err,
 				  sizeof(err)), 0);
 	ck_assert_uint_eq(f.count, 0);
 	ck_assert_uint_eq(f.data_start, 16);
-	st_free(&f);
-	ck_assert_int_eq(st_parse((const uint8_t *)meta, sizeof(meta) - 1, sizeof(meta) - 1, &f, err,
+	safetensors_free(&f);
+	ck_assert_int_eq(safetensors_parse((const uint8_t *)meta, sizeof(meta) - 1, sizeof(meta) - 1, &f, err,
 				  sizeof(err)), 0);
 	ck_assert_uint_eq(f.count, 0);
-	st_free(&f);
+	safetensors_free(&f);
 
 	/* The smallest file: N = 2, "{}". */
 	ck_assert_int_eq(parse_text("{}", 0, &f, err, sizeof(err)), 0);
 	ck_assert_uint_eq(f.count, 0);
 	ck_assert_uint_eq(f.file_size, 10);
-	st_free(&f);
+	safetensors_free(&f);
 }
 END_TEST
 
@@ -98,15 +98,15 @@ static const char good_header[] =
 
 START_TEST(valid_file)
 {
-	static const struct { const char *name; enum st_dtype dtype; uint8_t ndim; uint64_t begin, size; } want[] = {
-		{ "a", ST_BF16, 2, 0, 12 },
-		{ "b", ST_F8_E4M3, 1, 12, 5 },
-		{ "c", ST_F4, 2, 17, 3 },
-		{ "z", ST_F32, 2, 20, 0 },
-		{ "s", ST_F64, 0, 20, 8 },
-		{ "e", ST_F6_E2M3, 1, 28, 3 },
+	static const struct { const char *name; enum safetensors_dtype dtype; uint8_t ndim; uint64_t begin, size; } want[] = {
+		{ "a", SAFETENSORS_BF16, 2, 0, 12 },
+		{ "b", SAFETENSORS_F8_E4M3, 1, 12, 5 },
+		{ "c", SAFETENSORS_F4, 2, 17, 3 },
+		{ "z", SAFETENSORS_F32, 2, 20, 0 },
+		{ "s", SAFETENSORS_F64, 0, 20, 8 },
+		{ "e", SAFETENSORS_F6_E2M3, 1, 28, 3 },
 	};
-	struct st_file f;
+	struct safetensors_file f;
 	char err[256] = "";
 
 	ck_assert_msg(parse_text(good_header, GOOD_DATA, &f, err, sizeof(err)) == 0, "%s", err);
@@ -122,14 +122,14 @@ START_TEST(valid_file)
 	}
 	ck_assert_uint_eq(f.tensors[0].shape[1], 3);
 	ck_assert_uint_eq(f.tensors[3].shape[0], 0);
-	st_free(&f);
-	st_free(&f); /* twice is fine */
+	safetensors_free(&f);
+	safetensors_free(&f); /* twice is fine */
 
 	/* Leading and trailing whitespace (writers pad with spaces to 8). */
 	char spaced[2048];
 	snprintf(spaced, sizeof(spaced), " %s  \n ", good_header);
 	ck_assert_int_eq(parse_text(spaced, GOOD_DATA, &f, err, sizeof(err)), 0);
-	st_free(&f);
+	safetensors_free(&f);
 }
 END_TEST
 
@@ -142,30 +142,30 @@ START_TEST(dtype_table)
 	};
 	static const unsigned bits[] = { 8, 4, 6, 6, 8, 8, 8, 8, 8, 8, 8, 16, 16, 16, 16, 32, 32, 32,
 					 64, 64, 64, 64 };
-	ck_assert_uint_eq(sizeof(names) / sizeof(names[0]), ST_DTYPE_COUNT);
-	for (unsigned i = 0; i < ST_DTYPE_COUNT; i++) {
-		enum st_dtype dt;
-		ck_assert_int_eq(st_dtype_from_name(names[i], &dt), 0);
-		ck_assert_int_eq(dt, (enum st_dtype)i);
-		ck_assert_str_eq(st_dtype_name(dt), names[i]);
-		ck_assert_uint_eq(st_dtype_bits(dt), bits[i]);
+	ck_assert_uint_eq(sizeof(names) / sizeof(names[0]), SAFETENSORS_DTYPE_COUNT);
+	for (unsigned i = 0; i < SAFETENSORS_DTYPE_COUNT; i++) {
+		enum safetensors_dtype dt;
+		ck_assert_int_eq(safetensors_dtype_from_name(names[i], &dt), 0);
+		ck_assert_int_eq(dt, (enum safetensors_dtype)i);
+		ck_assert_str_eq(safetensors_dtype_name(dt), names[i]);
+		ck_assert_uint_eq(safetensors_dtype_bits(dt), bits[i]);
 
 		/* Each parses in a file: 8 elements is whole bytes for all. */
 		char header[256];
-		struct st_file f;
+		struct safetensors_file f;
 		char err[256];
 		snprintf(header, sizeof(header), "{\"t\":{\"dtype\":\"%s\",\"shape\":[2,4],\"data_offsets\":[0,%u]}}",
 			 names[i], bits[i]);
 		ck_assert_msg(parse_text(header, bits[i], &f, err, sizeof(err)) == 0, "%s: %s", names[i], err);
 		ck_assert_uint_eq(f.tensors[0].size, bits[i]);
-		st_free(&f);
+		safetensors_free(&f);
 	}
-	enum st_dtype dt;
-	ck_assert_int_eq(st_dtype_from_name("F8_E4M3FN", &dt), -EINVAL);
-	ck_assert_int_eq(st_dtype_from_name("bf16", &dt), -EINVAL);
-	ck_assert_int_eq(st_dtype_from_name("", &dt), -EINVAL);
-	ck_assert_str_eq(st_dtype_name(ST_DTYPE_COUNT), "?");
-	ck_assert_uint_eq(st_dtype_bits((enum st_dtype)-1), 0);
+	enum safetensors_dtype dt;
+	ck_assert_int_eq(safetensors_dtype_from_name("F8_E4M3FN", &dt), -EINVAL);
+	ck_assert_int_eq(safetensors_dtype_from_name("bf16", &dt), -EINVAL);
+	ck_assert_int_eq(safetensors_dtype_from_name("", &dt), -EINVAL);
+	ck_assert_str_eq(safetensors_dtype_name(SAFETENSORS_DTYPE_COUNT), "?");
+	ck_assert_uint_eq(safetensors_dtype_bits((enum safetensors_dtype)-1), 0);
 }
 END_TEST
 
@@ -249,13 +249,13 @@ START_TEST(rejections)
 		{ "{\"format\":\"pt\"}", "{}", GOOD_DATA, NULL },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct st_file f;
+		struct safetensors_file f;
 		char err[256] = "";
 		int rc = parse_text(variant(cases[i].from, cases[i].to), (size_t)cases[i].data, &f, err,
 				    sizeof(err));
 		if (!cases[i].why) {
 			ck_assert_msg(rc == 0, "case %zu (%s -> %s): %s", i, cases[i].from, cases[i].to, err);
-			st_free(&f);
+			safetensors_free(&f);
 			continue;
 		}
 		ck_assert_msg(rc == -EINVAL, "case %zu (%s -> %s): got %d", i, cases[i].from, cases[i].to, rc);
@@ -264,7 +264,7 @@ START_TEST(rejections)
 		ck_assert_ptr_null(f.tensors);
 	}
 
-	struct st_file f;
+	struct safetensors_file f;
 	char err[256];
 	char name[1100];
 	memset(name, 'n', sizeof(name));
@@ -272,7 +272,7 @@ START_TEST(rejections)
 	snprintf(header, sizeof(header), "{\"%.1024s\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", name);
 	ck_assert_int_eq(parse_text(header, 1, &f, err, sizeof(err)), 0);
 	ck_assert_uint_eq(strlen(f.tensors[0].name), 1024);
-	st_free(&f);
+	safetensors_free(&f);
 	snprintf(header, sizeof(header), "{\"%.1025s\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", name);
 	ck_assert_int_eq(parse_text(header, 1, &f, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "1025 bytes"));
@@ -280,7 +280,7 @@ START_TEST(rejections)
 	ck_assert_int_eq(parse_text("{\"t\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,2,1],\"data_offsets\":[0,2]}}",
 				    2, &f, err, sizeof(err)), 0);
 	ck_assert_uint_eq(f.tensors[0].ndim, 8);
-	st_free(&f);
+	safetensors_free(&f);
 
 	ck_assert_int_eq(parse_text("[]", 0, &f, err, sizeof(err)), -EINVAL);
 	ck_assert_int_eq(parse_text("\"x\"", 0, &f, err, sizeof(err)), -EINVAL);
@@ -289,51 +289,51 @@ START_TEST(rejections)
 	ck_assert_int_eq(parse_text("{}", 1, &f, err, sizeof(err)), -EINVAL); /* unindexed byte */
 	/* No room for a reason is fine. */
 	ck_assert_int_eq(parse_text("{\"__metadata__\":{}}", 0, &f, NULL, 0), 0);
-	st_free(&f);
+	safetensors_free(&f);
 	ck_assert_int_eq(parse_text("{\"__metadata__\":{}}", 1, &f, NULL, 0), -EINVAL);
 }
 END_TEST
 
 START_TEST(header_lengths)
 {
-	struct st_file f;
+	struct safetensors_file f;
 	char err[256];
 	size_t len;
 	uint8_t *buf = build(good_header, GOOD_DATA, &len);
 	uint64_t n = strlen(good_header);
 
-	ck_assert_int_eq(st_parse(buf, len, len, &f, err, sizeof(err)), 0);
-	st_free(&f);
+	ck_assert_int_eq(safetensors_parse(buf, len, len, &f, err, sizeof(err)), 0);
+	safetensors_free(&f);
 	/* Only 8 + N bytes need be given; the data is not read. */
-	ck_assert_int_eq(st_parse(buf, 8 + n, len, &f, err, sizeof(err)), 0);
-	st_free(&f);
-	ck_assert_int_eq(st_parse(buf, 8 + n - 1, len, &f, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(safetensors_parse(buf, 8 + n, len, &f, err, sizeof(err)), 0);
+	safetensors_free(&f);
+	ck_assert_int_eq(safetensors_parse(buf, 8 + n - 1, len, &f, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "cut short"));
-	ck_assert_int_eq(st_parse(buf, 7, len, &f, err, sizeof(err)), -EINVAL);
-	ck_assert_int_eq(st_parse(buf, len, 7, &f, err, sizeof(err)), -EINVAL);
-	ck_assert_int_eq(st_parse(buf, len, 8 + n - 1, &f, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(safetensors_parse(buf, 7, len, &f, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(safetensors_parse(buf, len, 7, &f, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(safetensors_parse(buf, len, 8 + n - 1, &f, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "past the end"));
 
-	static const uint64_t bad[] = { ST_HEADER_MAX + 1ull, 1ull << 32, UINT64_MAX, UINT64_MAX - 7 };
+	static const uint64_t bad[] = { SAFETENSORS_HEADER_MAX + 1ull, 1ull << 32, UINT64_MAX, UINT64_MAX - 7 };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		for (int b = 0; b < 8; b++)
 			buf[b] = (uint8_t)(bad[i] >> (8 * b));
-		ck_assert_int_eq(st_parse(buf, len, UINT64_MAX, &f, err, sizeof(err)), -EINVAL);
+		ck_assert_int_eq(safetensors_parse(buf, len, UINT64_MAX, &f, err, sizeof(err)), -EINVAL);
 		ck_assert_ptr_nonnull(strstr(err, "over 100000000"));
 	}
 	/* N within bounds but past the file. */
 	for (int b = 0; b < 8; b++)
-		buf[b] = (uint8_t)((uint64_t)ST_HEADER_MAX >> (8 * b));
-	ck_assert_int_eq(st_parse(buf, len, len, &f, err, sizeof(err)), -EINVAL);
+		buf[b] = (uint8_t)((uint64_t)SAFETENSORS_HEADER_MAX >> (8 * b));
+	ck_assert_int_eq(safetensors_parse(buf, len, len, &f, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "past the end"));
 	/* N = 0: no JSON at all. */
 	memset(buf, 0, 8);
-	ck_assert_int_eq(st_parse(buf, len, len, &f, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(safetensors_parse(buf, len, len, &f, err, sizeof(err)), -EINVAL);
 	/* A NUL byte inside the header. */
 	free(buf);
 	buf = build(good_header, GOOD_DATA, &len);
 	buf[8 + 3] = 0;
-	ck_assert_int_eq(st_parse(buf, len, len, &f, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(safetensors_parse(buf, len, len, &f, err, sizeof(err)), -EINVAL);
 	free(buf);
 }
 END_TEST
@@ -356,7 +356,7 @@ static void write_file(const char *path, const void *data, size_t len)
 START_TEST(read_from_files)
 {
 	char path[128], err[256];
-	struct st_file f;
+	struct safetensors_file f;
 	size_t len;
 	uint8_t *buf = build(good_header, GOOD_DATA, &len);
 
@@ -366,13 +366,13 @@ START_TEST(read_from_files)
 	write_file(path, buf, len);
 	int fd = open(path, O_RDONLY);
 	ck_assert_int_ge(fd, 0);
-	ck_assert_msg(st_read(fd, &f, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(safetensors_read(fd, &f, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_uint_eq(f.count, 6);
 	ck_assert_uint_eq(f.file_size, len);
 	ck_assert_uint_eq(f.raw_len, 8 + strlen(good_header));
 	ck_assert_int_eq(memcmp(f.raw, buf, f.raw_len), 0);
 	ck_assert_int_eq(lseek(fd, 0, SEEK_CUR), 0); /* pread only */
-	st_free(&f);
+	safetensors_free(&f);
 	ck_assert_ptr_null(f.raw);
 	close(fd);
 
@@ -383,7 +383,7 @@ START_TEST(read_from_files)
 	snprintf(path, sizeof(path), "%s/trailing.safetensors", tmp_root);
 	write_file(path, longer, len + 1);
 	fd = open(path, O_RDONLY);
-	ck_assert_int_eq(st_read(fd, &f, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(safetensors_read(fd, &f, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "cover"));
 	ck_assert_ptr_null(f.raw);
 	close(fd);
@@ -393,28 +393,28 @@ START_TEST(read_from_files)
 	snprintf(path, sizeof(path), "%s/cut.safetensors", tmp_root);
 	write_file(path, buf, 20);
 	fd = open(path, O_RDONLY);
-	ck_assert_int_eq(st_read(fd, &f, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(safetensors_read(fd, &f, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "past the end"));
 	close(fd);
 	write_file(path, buf, 5);
 	fd = open(path, O_RDONLY);
-	ck_assert_int_eq(st_read(fd, &f, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(safetensors_read(fd, &f, err, sizeof(err)), -EINVAL);
 	close(fd);
 
 	/* A huge N is refused before anything is allocated for it. */
 	uint8_t huge[16] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, '{', '}' };
 	write_file(path, huge, sizeof(huge));
 	fd = open(path, O_RDONLY);
-	ck_assert_int_eq(st_read(fd, &f, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(safetensors_read(fd, &f, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "over"));
 	close(fd);
 
 	/* Not a regular file. */
 	fd = open(tmp_root, O_RDONLY | O_DIRECTORY);
-	ck_assert_int_eq(st_read(fd, &f, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(safetensors_read(fd, &f, err, sizeof(err)), -EINVAL);
 	ck_assert_str_eq(err, "not a regular file");
 	close(fd);
-	ck_assert_int_eq(st_read(-1, &f, err, sizeof(err)), -EBADF);
+	ck_assert_int_eq(safetensors_read(-1, &f, err, sizeof(err)), -EBADF);
 
 	free(buf);
 	ck_assert_int_eq(nftw(tmp_root, rm_one, 16, FTW_DEPTH | FTW_PHYS), 0);
@@ -450,9 +450,9 @@ START_TEST(mutations_are_handled)
 		}
 		size_t cut = rand_r(&seed) % 4 ? len : (size_t)rand_r(&seed) % (len + 1);
 		uint64_t file_size = rand_r(&seed) % 8 ? cut : (uint64_t)rand_r(&seed) % (2 * len);
-		struct st_file f;
+		struct safetensors_file f;
 		char err[128];
-		int rc = st_parse(buf, cut, file_size, &f, err, sizeof(err));
+		int rc = safetensors_parse(buf, cut, file_size, &f, err, sizeof(err));
 		ck_assert(rc == 0 || rc == -EINVAL);
 		if (rc < 0)
 			continue;
@@ -460,11 +460,11 @@ START_TEST(mutations_are_handled)
 		uint64_t next = f.data_start;
 		for (size_t i = 0; i < f.count; i++) {
 			ck_assert_uint_eq(f.tensors[i].offset, next);
-			ck_assert_uint_le(f.tensors[i].ndim, ST_NDIM_MAX);
+			ck_assert_uint_le(f.tensors[i].ndim, SAFETENSORS_NDIM_MAX);
 			next += f.tensors[i].size;
 		}
 		ck_assert_uint_eq(next, file_size);
-		st_free(&f);
+		safetensors_free(&f);
 	}
 	ck_assert_uint_gt(ok, 0);
 	ck_assert_uint_lt(ok, 30000);
