@@ -29,19 +29,11 @@ struct cmdline {
 
 static void usage(const char *prog)
 {
-	printf("usage: %s [source] <mountpoint> [-f] [-d] [-o opt[,opt...]]\n"
+	printf("usage: %s [source] <mountpoint> [-f] [-d] [-s] [-o opt[,opt...]]\n"
 	       "\n"
-	       "artfs options (-o):\n"
-	       "    store=DIR          store directory (default %s)\n"
-	       "    capacity=SIZE      bytes of committed objects (default 8G)\n"
-	       "    max_object=SIZE    bytes of one object (default 64M)\n"
-	       "    ttl=SECONDS        collect versions idle this long, 0 never (default 3600)\n"
-	       "    allow_quant=LIST   quantization methods served zero-copy besides fp8\n"
-	       "    config=FILE        read `key = value` settings (and weights.<wv> = dir)\n"
-	       "    uid=N, gid=N       owner shown for every entry (default: the daemon's)\n"
-	       "    umask=OCTAL        mode bits removed from every entry (default 022)\n"
-	       "\n",
-	       prog, CONFIG_DEFAULT_STORE);
+	       "artfs options (-o):\n", prog);
+	config_usage(stdout);
+	printf("\n");
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
 }
@@ -71,11 +63,6 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		return 1;
 	memcpy(name, arg, n);
 	name[n] = '\0';
-	if (strcmp(name, "config") == 0) {
-		free(c->cfg->config_file);
-		c->cfg->config_file = strdup(eq + 1);
-		return 0;
-	}
 	int rc = config_set(c->cfg, name, eq + 1, false, err, sizeof(err));
 	if (rc == -ENOENT)
 		return 1; /* not ours: a FUSE or mount option */
@@ -181,6 +168,7 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "artfs: %s\n", err);
 		goto out_opts;
 	}
+	config_finish(&cfg);
 	cfg.mountpoint = strdup(opts.mountpoint);
 	fuse_opt_add_arg(&args, "-odefault_permissions,fsname=artfs,subtype=artfs");
 

@@ -335,31 +335,36 @@ struct metrics_view {
 	bool oom;
 };
 
+/* .artfs/config read back through the daemon's own option table. */
 struct config_view {
-	const char *mountpoint, *store;  /* point into the config text */
-	struct opt_u64 capacity, ttl;
+	const char *mountpoint;  /* points into the config text */
+	struct artfs_config cfg;
 };
+
+/* The option's value when the daemon listed it. */
+static struct opt_u64 config_u64(const struct config_view *c, const char *name)
+{
+	unsigned bit;
+	const struct config_option *o = config_option_find(name, &bit);
+
+	if (!o || !(c->cfg.given & bit))
+		return (struct opt_u64){ false, 0 };
+	return (struct opt_u64){ true, *(const uint64_t *)((const char *)&c->cfg + o->offset) };
+}
 
 static void config_line(char *line, void *arg)
 {
 	struct config_view *c = arg;
-	char *eq = strchr(line, '=');
+	char *eq = strchr(line, '='), err[256];
 
 	if (!eq)
 		return;
 	*eq = '\0';
 	char *key = trim(line), *value = trim(eq + 1);
-	uint64_t n;
 	if (strcmp(key, "mountpoint") == 0)
 		c->mountpoint = value;
-	else if (strcmp(key, "store") == 0)
-		c->store = value;
-	else if (strcmp(key, "capacity") == 0 && config_parse_size(value, &n) == 0)
-		c->capacity = (struct opt_u64){ true, n };
-	else if (strcmp(key, "ttl") == 0 && strcmp(value, "0") == 0)
-		c->ttl = (struct opt_u64){ true, 0 };
-	else if (strcmp(key, "ttl") == 0 && parse_positive(value, &n))
-		c->ttl = (struct opt_u64){ true, n };
+	else if (*value)
+		config_set(&c->cfg, key, value, true, err, sizeof(err)); /* unknown keys: newer daemon */
 }
 
 static bool is_name_char(char c, bool first)
@@ -528,12 +533,16 @@ static int status_report(const struct ctl *ctl, struct config_view *c, struct me
 {
 	char s1[32], s2[32], s3[32], safe[512];
 	struct opt_u64 *g = m->global;
-	struct opt_u64 capacity = g[G_CAPACITY].have ? g[G_CAPACITY] : c->capacity;
+	struct opt_u64 capacity = g[G_CAPACITY].have ? g[G_CAPACITY] : config_u64(c, "capacity");
+	struct opt_u64 ttl = config_u64(c, "ttl");
+	unsigned store_bit;
+	config_option_find("store", &store_bit);
+	const char *store = c->cfg.given & store_bit ? c->cfg.store : NULL;
 
 	printf("mount       %s\n", printable(c->mountpoint && *c->mountpoint ? c->mountpoint
 									     : ctl->mnt,
 						 safe, sizeof(safe), 400));
-	printf("store       %s\n", c->store ? printable(c->store, safe, sizeof(safe), 400) : "?");
+	printf("store       %s\n", store ? printable(store, safe, sizeof(safe), 400) : "?");
 	printf("objects     %s in %s versions\n", opt_text(g[G_OBJECTS], s1, sizeof(s1)),
 	       opt_text(g[G_VERSIONS], s2, sizeof(s2)));
 	printf("used        %s of %s",
@@ -547,13 +556,13 @@ static int status_report(const struct ctl *ctl, struct config_view *c, struct me
 	       opt_text(g[G_UPLOADS], s2, sizeof(s2)));
 	printf("publishes   %s, %s checksum failures\n", opt_text(g[G_PUBLISHES], s1, sizeof(s1)),
 	       opt_text(g[G_CHECKSUM_FAILURES], s2, sizeof(s2)));
-	if (!c->ttl.have)
+	if (!ttl.have)
 		printf("ttl         ?\n");
-	else if (c->ttl.v == 0)
+	else if (ttl.v == 0)
 		printf("ttl         never (0)\n");
 	else
-		printf("ttl         %s (%s s)\n", human_duration(c->ttl.v, s1, sizeof(s1)),
-		       opt_text(c->ttl, s3, sizeof(s3)));
+		printf("ttl         %s (%s s)\n", human_duration(ttl.v, s1, sizeof(s1)),
+		       opt_text(ttl, s3, sizeof(s3)));
 	print_versions(m);
 	if (fflush(stdout) != 0 || ferror(stdout))
 		return fail("writing to stdout: %s", strerror(errno));
@@ -595,12 +604,14 @@ static int cmd_status(struct ctl *ctl, int argc, char **argv)
 	}
 	struct config_view c = { 0 };
 	struct metrics_view m = { 0 };
+	config_init(&c.cfg);
 	for_each_line(ctext, clen, config_line, &c);
 	for_each_line(mtext, mlen, metrics_line, &m);
 	if (m.oom)
 		rc = fail("reading %s/.artfs/metrics: %s", ctl->mnt, strerror(ENOMEM));
 	else
 		rc = status_report(ctl, &c, &m);
+	config_free(&c.cfg);
 	free(m.samples);
 	free(ctext);
 	free(mtext);

@@ -1,6 +1,7 @@
 #include "autoconf.h"
 
 #include <ctype.h>
+#include <stddef.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,23 +12,13 @@
 #include "config.h"
 #include "key.h"
 
-enum {
-	SET_STORE = 1 << 0,
-	SET_CAPACITY = 1 << 1,
-	SET_MAX_OBJECT = 1 << 2,
-	SET_TTL = 1 << 3,
-	SET_ALLOW_QUANT = 1 << 4,
-	SET_UID = 1 << 5,
-	SET_GID = 1 << 6,
-	SET_UMASK = 1 << 7,
-};
-
 void config_init(struct artfs_config *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->store = strdup(CONFIG_DEFAULT_STORE);
 	c->capacity = 8ULL << 30;
 	c->max_object = 64ULL << 20;
+	c->materialize_max = c->capacity / 4;
 	c->ttl = 3600;
 	c->allow_quant = strdup("");
 	c->uid = getuid();
@@ -139,91 +130,156 @@ static int add_weights(struct artfs_config *c, const char *version, const char *
 	return 0;
 }
 
+/* Every option artfs takes: parsing, .artfs/config, the usage text and
+ * artfsctl's view all come from this table. */
+#define FIELD(f) offsetof(struct artfs_config, f)
+const struct config_option config_options[] = {
+	{ "store", CONFIG_PATH, FIELD(store), "DIR",
+	  "store directory, created 0700 (default " CONFIG_DEFAULT_STORE ")" },
+	{ "capacity", CONFIG_SIZE, FIELD(capacity), "SIZE",
+	  "bytes of committed objects (default 8G)" },
+	{ "max_object", CONFIG_SIZE, FIELD(max_object), "SIZE",
+	  "bytes of one published object (default 64M)" },
+	{ "materialize_max", CONFIG_SIZE, FIELD(materialize_max), "SIZE",
+	  "bytes open .materialize files may hold at once (default capacity/4)" },
+	{ "ttl", CONFIG_SECONDS, FIELD(ttl), "SECONDS",
+	  "idle time before a version is collected, 0 = never (default 3600)" },
+	{ "allow_quant", CONFIG_TEXT, FIELD(allow_quant), "LIST",
+	  "quantization methods served zero-copy besides unquantized and fp8" },
+	{ "config", CONFIG_TEXT, FIELD(config_file), "FILE",
+	  "`key = value` lines with any option, and weights.<wv> = <dir>" },
+	{ "uid", CONFIG_ID, FIELD(uid), "N", "owner shown for every entry (default: the daemon's)" },
+	{ "gid", CONFIG_ID, FIELD(gid), "N", "group shown for every entry (default: the daemon's)" },
+	{ "umask", CONFIG_OCTAL, FIELD(umask), "OCTAL",
+	  "mode bits removed from every entry (default 022)" },
+};
+#undef FIELD
+const size_t config_option_count = sizeof(config_options) / sizeof(config_options[0]);
+
+const struct config_option *config_option_find(const char *name, unsigned *bit)
+{
+	for (size_t i = 0; i < config_option_count; i++)
+		if (strcmp(config_options[i].name, name) == 0) {
+			if (bit)
+				*bit = 1u << i;
+			return &config_options[i];
+		}
+	return NULL;
+}
+
+static int set_value(struct artfs_config *c, const struct config_option *o, const char *value,
+		     char *err, size_t errlen)
+{
+	void *field = (char *)c + o->offset;
+	uint64_t n;
+
+	switch (o->kind) {
+	case CONFIG_PATH:
+		if (value[0] != '/') {
+			snprintf(err, errlen, "%s=%s: must be an absolute path", o->name, value);
+			return -EINVAL;
+		}
+		/* fall through */
+	case CONFIG_TEXT:
+		if (set_string(field, value) < 0) {
+			snprintf(err, errlen, "%s: out of memory", o->name);
+			return -ENOMEM;
+		}
+		return 0;
+	case CONFIG_SIZE:
+		if (config_parse_size(value, &n) < 0 || n == 0) {
+			snprintf(err, errlen, "%s=%s: not a size (e.g. 8G, 64M, 4096)", o->name, value);
+			return -EINVAL;
+		}
+		*(uint64_t *)field = n;
+		return 0;
+	case CONFIG_SECONDS:
+		if (parse_uint(value, 10, UINT32_MAX, &n) < 0) {
+			snprintf(err, errlen, "%s=%s: not a number of seconds", o->name, value);
+			return -EINVAL;
+		}
+		*(uint64_t *)field = n;
+		return 0;
+	case CONFIG_ID:
+		if (parse_uint(value, 10, UINT32_MAX - 1, &n) < 0) {
+			snprintf(err, errlen, "%s=%s: not a numeric id", o->name, value);
+			return -EINVAL;
+		}
+		*(uint32_t *)field = (uint32_t)n;
+		return 0;
+	case CONFIG_OCTAL:
+		if (parse_uint(value, 8, 0777, &n) < 0) {
+			snprintf(err, errlen, "%s=%s: not an octal mode", o->name, value);
+			return -EINVAL;
+		}
+		*(mode_t *)field = (mode_t)n;
+		return 0;
+	}
+	return -EINVAL;
+}
+
 int config_set(struct artfs_config *c, const char *key, const char *value, bool from_file,
 	       char *err, size_t errlen)
 {
-	uint64_t n;
 	unsigned bit;
 
 	if (strncmp(key, "weights.", 8) == 0 && from_file)
 		return add_weights(c, key + 8, value, err, errlen);
-
-	if (strcmp(key, "store") == 0)
-		bit = SET_STORE;
-	else if (strcmp(key, "capacity") == 0)
-		bit = SET_CAPACITY;
-	else if (strcmp(key, "max_object") == 0)
-		bit = SET_MAX_OBJECT;
-	else if (strcmp(key, "ttl") == 0)
-		bit = SET_TTL;
-	else if (strcmp(key, "allow_quant") == 0)
-		bit = SET_ALLOW_QUANT;
-	else if (strcmp(key, "uid") == 0)
-		bit = SET_UID;
-	else if (strcmp(key, "gid") == 0)
-		bit = SET_GID;
-	else if (strcmp(key, "umask") == 0)
-		bit = SET_UMASK;
-	else {
+	const struct config_option *o = config_option_find(key, &bit);
+	if (!o || (from_file && o->offset == offsetof(struct artfs_config, config_file))) {
 		snprintf(err, errlen, "unknown option \"%s\"", key);
 		return -ENOENT;
 	}
 	if (from_file && (c->set & bit))
 		return 0; /* the command line wins */
-
-	int rc = 0;
-	switch (bit) {
-	case SET_STORE:
-		if (value[0] != '/') {
-			snprintf(err, errlen, "store=%s: must be an absolute path", value);
-			return -EINVAL;
-		}
-		rc = set_string(&c->store, value);
-		break;
-	case SET_CAPACITY:
-	case SET_MAX_OBJECT:
-		if (config_parse_size(value, &n) < 0 || n == 0) {
-			snprintf(err, errlen, "%s=%s: not a size (e.g. 8G, 64M, 4096)", key, value);
-			return -EINVAL;
-		}
-		*(bit == SET_CAPACITY ? &c->capacity : &c->max_object) = n;
-		break;
-	case SET_TTL:
-		if (parse_uint(value, 10, UINT32_MAX, &n) < 0) {
-			snprintf(err, errlen, "ttl=%s: not a number of seconds", value);
-			return -EINVAL;
-		}
-		c->ttl = n;
-		break;
-	case SET_ALLOW_QUANT:
-		rc = set_string(&c->allow_quant, value);
-		break;
-	case SET_UID:
-	case SET_GID:
-		if (parse_uint(value, 10, UINT32_MAX - 1, &n) < 0) {
-			snprintf(err, errlen, "%s=%s: not a numeric id", key, value);
-			return -EINVAL;
-		}
-		if (bit == SET_UID)
-			c->uid = (uid_t)n;
-		else
-			c->gid = (gid_t)n;
-		break;
-	case SET_UMASK:
-		if (parse_uint(value, 8, 0777, &n) < 0) {
-			snprintf(err, errlen, "umask=%s: not an octal mode", value);
-			return -EINVAL;
-		}
-		c->umask = (mode_t)n;
-		break;
-	}
-	if (rc < 0) {
-		snprintf(err, errlen, "%s: out of memory", key);
-		return rc;
-	}
-	if (!from_file)
+	int rc = set_value(c, o, value, err, errlen);
+	if (rc == 0 && !from_file)
 		c->set |= bit;
-	return 0;
+	if (rc == 0)
+		c->given |= bit;
+	return rc;
+}
+
+void config_finish(struct artfs_config *c)
+{
+	unsigned bit;
+
+	config_option_find("materialize_max", &bit);
+	if (!(c->given & bit))
+		c->materialize_max = c->capacity / 4 ? c->capacity / 4 : 1;
+}
+
+void config_usage(FILE *f)
+{
+	for (size_t i = 0; i < config_option_count; i++) {
+		char left[40];
+		snprintf(left, sizeof(left), "%s=%s", config_options[i].name, config_options[i].arg);
+		fprintf(f, "    %-22s %s\n", left, config_options[i].help);
+	}
+}
+
+static void render_value(FILE *f, const struct artfs_config *c, const struct config_option *o)
+{
+	const void *field = (const char *)c + o->offset;
+
+	switch (o->kind) {
+	case CONFIG_PATH:
+	case CONFIG_TEXT: {
+		const char *v = *(char *const *)field;
+		fprintf(f, "%s", v ? v : "");
+		break;
+	}
+	case CONFIG_SIZE:
+	case CONFIG_SECONDS:
+		fprintf(f, "%" PRIu64, *(const uint64_t *)field);
+		break;
+	case CONFIG_ID:
+		fprintf(f, "%u", (unsigned)*(const uint32_t *)field);
+		break;
+	case CONFIG_OCTAL:
+		fprintf(f, "%03o", (unsigned)*(const mode_t *)field);
+		break;
+	}
 }
 
 static char *trim(char *s)
@@ -285,15 +341,11 @@ char *config_render(const struct artfs_config *c)
 	if (!f)
 		return NULL;
 	fprintf(f, "mountpoint = %s\n", c->mountpoint ? c->mountpoint : "");
-	fprintf(f, "store = %s\n", c->store);
-	fprintf(f, "capacity = %" PRIu64 "\n", c->capacity);
-	fprintf(f, "max_object = %" PRIu64 "\n", c->max_object);
-	fprintf(f, "ttl = %" PRIu64 "\n", c->ttl);
-	fprintf(f, "allow_quant = %s\n", c->allow_quant);
-	fprintf(f, "config = %s\n", c->config_file ? c->config_file : "");
-	fprintf(f, "uid = %u\n", (unsigned)c->uid);
-	fprintf(f, "gid = %u\n", (unsigned)c->gid);
-	fprintf(f, "umask = %03o\n", (unsigned)c->umask);
+	for (size_t i = 0; i < config_option_count; i++) {
+		fprintf(f, "%s = ", config_options[i].name);
+		render_value(f, c, &config_options[i]);
+		fputc('\n', f);
+	}
 	for (unsigned i = 0; i < c->nweights; i++)
 		fprintf(f, "weights.%s = %s\n", c->weights[i].version, c->weights[i].dir);
 	if (fclose(f) != 0) {

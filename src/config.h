@@ -4,7 +4,9 @@
 #define ARTFS_CONFIG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #define CONFIG_DEFAULT_STORE "/dev/shm/artfs"
@@ -20,6 +22,7 @@ struct artfs_config {
 	char *store;          /* store=      directory of committed objects */
 	uint64_t capacity;    /* capacity=   bytes of committed objects */
 	uint64_t max_object;  /* max_object= bytes of one object */
+	uint64_t materialize_max; /* materialize_max= bytes open .materialize files may hold */
 	uint64_t ttl;         /* ttl=        seconds idle before collection, 0 never */
 	char *allow_quant;    /* allow_quant= extra quantization methods for zero-copy */
 	char *config_file;    /* config=     the file read at mount */
@@ -29,8 +32,27 @@ struct artfs_config {
 	char *mountpoint;     /* informational, for .artfs/config */
 	struct config_weights *weights;
 	unsigned nweights;
-	unsigned set;         /* CONFIG_SET_* bits of keys given on the command line */
+	unsigned set;         /* bits (1 << index in config_options) given on the command line */
+	unsigned given;       /* bits given anywhere (command line or file) */
 };
+
+enum config_kind { CONFIG_PATH, CONFIG_TEXT, CONFIG_SIZE, CONFIG_SECONDS, CONFIG_ID, CONFIG_OCTAL };
+
+/* One option: its name (the -o key, the config file key, the .artfs/config
+ * key), how its value reads, where it lives, and its usage line. */
+struct config_option {
+	const char *name;
+	enum config_kind kind;
+	size_t offset;        /* in struct artfs_config */
+	const char *arg;      /* "SIZE", "DIR", ... */
+	const char *help;
+};
+
+extern const struct config_option config_options[];
+extern const size_t config_option_count;
+
+/* The option of that name, and its bit in set/given; NULL if none. */
+const struct config_option *config_option_find(const char *name, unsigned *bit);
 
 /* Defaults: store /dev/shm/artfs, capacity 8G, max_object 64M, ttl 3600,
  * uid/gid of the calling process, umask 022. */
@@ -49,6 +71,13 @@ int config_set(struct artfs_config *c, const char *key, const char *value, bool 
 /* Reads `key = value` lines (# comments, blank lines). Returns 0 or a
  * negative errno with a message naming the file and line in err. */
 int config_load_file(struct artfs_config *c, const char *path, char *err, size_t errlen);
+
+/* Derives what was not given from what was (materialize_max= from
+ * capacity=); call once every source has been read. */
+void config_finish(struct artfs_config *c);
+
+/* One usage line per option. */
+void config_usage(FILE *f);
 
 /* The effective configuration as `key = value` lines; malloc'd. */
 char *config_render(const struct artfs_config *c);

@@ -234,3 +234,13 @@ out:
 	free(text);
 	return rc;
 }
+
+bool envelope_same(const struct envelope *a, const struct envelope *b)
+{
+	return strcmp(a->key, b->key) == 0 && a->kind == b->kind &&
+	       a->source_token_start == b->source_token_start &&
+	       memcmp(a->array.dtype, b->array.dtype, sizeof(a->array.dtype)) == 0 &&
+	       a->array.ndim == b->array.ndim &&
+	       memcmp(a->array.shape, b->array.shape, a->array.ndim * sizeof(uint64_t)) == 0 &&
+	       memcmp(a->payload_sha256, b->payload_sha256, 32) == 0;
+}

@@ -7,6 +7,7 @@
 #ifndef ARTFS_ENVELOPE_H
 #define ARTFS_ENVELOPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,6 +49,10 @@ struct envelope {
 #define ENVELOPE_PREFIX_LEN 4
 /* Bytes needed to hold the length prefix and the largest header. */
 #define ENVELOPE_HEADER_BYTES_MAX (ENVELOPE_PREFIX_LEN + ARTFS_ENVELOPE_HEADER_MAX)
+
+/* The same content: key, kind, dtype, shape, source_token_start and
+ * payload_sha256 (the JSON's layout may differ). */
+bool envelope_same(const struct envelope *a, const struct envelope *b);
 
 /* Label for metrics and logs ("json", "checksum", ...). */
 const char *envelope_error_name(enum envelope_error err);

@@ -60,6 +60,8 @@ static char *render_metrics(struct tree *t)
 	g.bytes_used = t->bytes_used;
 	g.bytes_reserved = t->bytes_reserved;
 	g.uploads = t->uploads;
+	g.materialize_held = atomic_load(&t->materialize_held);
+	g.materialize_max = t->cfg->materialize_max;
 	g.sizing = t->sizing;
 	pthread_mutex_unlock(&t->lock);
 	g.capacity = t->cfg->capacity;

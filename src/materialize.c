@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "key.h"
@@ -24,8 +25,10 @@ struct mat {
 	size_t text_len, text_cap;
 	bool done;                /* the result (or error) is final */
 	int error;
-	uint8_t *out;             /* the .npy */
+	uint8_t *out;             /* the .npy, in its own mapping */
 	size_t out_len;
+	size_t out_map;           /* bytes mapped, charged to materialize_max= */
+	size_t text_held;         /* bytes of text charged to materialize_max= */
 };
 
 /* ---- the request text ---------------------------------------------------- */
@@ -187,17 +190,19 @@ int materialize_check(const struct materialize_request *req, const struct envelo
 
 /* ---- running a request ----------------------------------------------------- */
 
-/* Every object is loaded and verified whole by several threads, then the
- * layout is checked and the payloads copied into one result. A request that
- * names an object twice breaks the layout by definition and is refused
- * before any payload is held, so what is held never exceeds the store. */
+/* First the headers of every object (small), and the layout over them;
+ * then the result is allocated once, under materialize_max=, and each
+ * payload is read straight into its place and verified there. So a request
+ * holds its result and nothing else, and gives it back at close. A request
+ * that fails its layout is still verified whole (streaming), so that a
+ * corrupt object says EIO before a bad layout says EBADMSG. */
 struct slot {
 	struct envelope env;
-	uint8_t *buf;
-	const uint8_t *npy;
-	size_t npy_len;
+	uint64_t at;             /* offset of its payload in the result */
 	int error;
 };
+
+enum pass { PASS_HEADERS, PASS_VERIFY, PASS_LOAD };
 
 struct job {
 	struct tree *t;
@@ -206,32 +211,27 @@ struct job {
 	struct slot *slots;
 	const size_t *which;     /* the slots to work on, or NULL for all */
 	size_t count;
-	bool keep;               /* keep the loaded bytes, or only verify */
+	enum pass pass;
+	uint8_t *out;            /* PASS_LOAD: the result */
 	_Atomic size_t next;
 };
 
-static int load_one(struct job *j, size_t i)
+static int work_one(struct job *j, size_t i)
 {
 	const struct materialize_block *b = &j->req->blocks[i];
 	struct slot *sl = &j->slots[i];
-	char name[ARTFS_HASH_HEX_MAX + 1];
-	uint64_t ctime;
 
-	key_hex(b->hash, b->len, name);
-	int fd = store_object_open(j->ver->dirfd, name);
-	if (fd < 0)
-		return fd == -ENOENT || fd == -EMFILE || fd == -ENFILE ? fd : -EIO;
-	int rc = object_load_verified(j->t, j->ver, fd, name, b->hash, b->len, &sl->env, &sl->buf,
-				      &sl->npy, &sl->npy_len, &ctime);
-	close(fd);
-	if (rc == 0 && !j->keep) {
-		free(sl->buf);
-		sl->buf = NULL;
+	switch (j->pass) {
+	case PASS_HEADERS:
+		return object_read_meta(j->t, j->ver, b->hash, b->len, &sl->env);
+	case PASS_VERIFY:
+		return object_verify(j->t, j->ver, b->hash, b->len, &sl->env, NULL);
+	default:
+		return object_verify(j->t, j->ver, b->hash, b->len, &sl->env, j->out + sl->at);
 	}
-	return rc;
 }
 
-static void *load_worker(void *arg)
+static void *work_worker(void *arg)
 {
 	struct job *j = arg;
 
@@ -240,13 +240,13 @@ static void *load_worker(void *arg)
 		if (k >= j->count)
 			break;
 		size_t i = j->which ? j->which[k] : k;
-		j->slots[i].error = load_one(j, i);
+		j->slots[i].error = work_one(j, i);
 	}
 	return NULL;
 }
 
-/* Runs the job on several threads. */
-static void load_all(struct job *j)
+/* Runs one pass of the job on several threads. */
+static void run_pass(struct job *j, enum pass pass)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t n = j->count / 64 + 1;
@@ -256,11 +256,12 @@ static void load_all(struct job *j)
 		n = (size_t)cpus;
 	pthread_t threads[8];
 	size_t started = 0;
+	j->pass = pass;
 	atomic_store(&j->next, 0);
 	for (size_t i = 1; i < n; i++)
-		if (pthread_create(&threads[started], NULL, load_worker, j) == 0)
+		if (pthread_create(&threads[started], NULL, work_worker, j) == 0)
 			started++;
-	load_worker(j);
+	work_worker(j);
 	for (size_t i = 0; i < started; i++)
 		pthread_join(threads[i], NULL);
 }
@@ -279,9 +280,9 @@ static int fail(struct mat *m, int err, const char *fmt, ...)
 	return err;
 }
 
-/* The first failure of a load, by precedence: a missing object, then the
+/* The first failure of a pass, by precedence: a missing object, then the
  * daemon's own resources, then a corrupt object. 0 if none. */
-static int load_error(struct mat *m, const struct materialize_request *req,
+static int pass_error(struct mat *m, const struct materialize_request *req,
 		      const struct slot *slots)
 {
 	char name[ARTFS_HASH_HEX_MAX + 1];
@@ -355,6 +356,36 @@ static int resolve(struct tree *t, struct mat *m, const struct materialize_reque
 	return 0;
 }
 
+/* Room for len more bytes held by open .materialize files, under
+ * materialize_max=. */
+static bool budget_take(struct tree *t, uint64_t len)
+{
+	uint64_t held = atomic_load(&t->materialize_held);
+
+	do {
+		if (len > t->cfg->materialize_max || held > t->cfg->materialize_max - len)
+			return false;
+	} while (!atomic_compare_exchange_weak(&t->materialize_held, &held, held + len));
+	return true;
+}
+
+static void budget_give(struct tree *t, uint64_t len)
+{
+	atomic_fetch_sub(&t->materialize_held, len);
+}
+
+/* The result lives in its own mapping, so that close gives it back to the
+ * system rather than to the heap. */
+static void result_free(struct tree *t, struct mat *m)
+{
+	if (m->out) {
+		munmap(m->out, m->out_map);
+		budget_give(t, m->out_map);
+	}
+	m->out = NULL;
+	m->out_len = m->out_map = 0;
+}
+
 static int run(struct tree *t, struct mat *m)
 {
 	struct materialize_request req;
@@ -378,22 +409,25 @@ static int run(struct tree *t, struct mat *m)
 		/* Checksums still come first: verify each distinct object once. */
 		j.which = which;
 		j.count = distinct;
-		load_all(&j);
-		rc = load_error(m, &req, slots);
+		run_pass(&j, PASS_HEADERS);
+		rc = pass_error(m, &req, slots);
+		if (!rc) {
+			run_pass(&j, PASS_VERIFY);
+			rc = pass_error(m, &req, slots);
+		}
 		if (!rc)
 			rc = fail(m, -EBADMSG, "object %zu repeats object %zu", repeat, first);
 		goto out;
 	}
 
-	/* Every object, verified (ENOENT if one vanished, EIO if corrupt). */
+	/* Every object's header (ENOENT if one vanished, EIO if corrupt). */
 	j.count = req.count;
-	j.keep = true;
-	load_all(&j);
-	rc = load_error(m, &req, slots);
+	run_pass(&j, PASS_HEADERS);
+	rc = pass_error(m, &req, slots);
 	if (rc)
 		goto out;
 
-	/* The layout: EBADMSG. */
+	/* The layout: EBADMSG, once every payload is known to be sound. */
 	struct envelope *envs = malloc(req.count * sizeof(*envs));
 	if (!envs) {
 		rc = -ENOMEM;
@@ -405,37 +439,58 @@ static int run(struct tree *t, struct mat *m)
 	rc = materialize_check(&req, envs, &token_end, err, sizeof(err));
 	free(envs);
 	if (rc < 0) {
-		rc = fail(m, rc, "%s", err);
+		int bad = rc;
+		run_pass(&j, PASS_VERIFY);
+		rc = pass_error(m, &req, slots);
+		if (!rc)
+			rc = fail(m, bad, "%s", err);
 		goto out;
 	}
 
-	/* One .npy of the concatenation. */
+	/* One .npy of the concatenation, each payload read into its place. */
 	struct array_desc whole = slots[0].env.array;
 	whole.shape[0] = token_end;
 	uint8_t hdr[NPY_HEADER_MAX];
 	ssize_t hl = npy_header(&whole, hdr, sizeof(hdr));
 	uint64_t payload;
-	if (hl < 0 || array_payload_len(&whole, &payload) < 0 || payload > SIZE_MAX - (size_t)hl) {
+	if (hl < 0 || array_payload_len(&whole, &payload) < 0 ||
+	    payload > SIZE_MAX / 2 - (size_t)hl) {
 		rc = fail(m, -EBADMSG, "the concatenation has no .npy form");
 		goto out;
 	}
-	m->out = malloc((size_t)hl + payload);
-	if (!m->out) {
-		rc = fail(m, -ENOMEM, "no memory for a %llu-byte result",
-			  (unsigned long long)((uint64_t)hl + payload));
+	size_t len = (size_t)hl + (size_t)payload;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t map = (len + page - 1) / page * page;
+	if (!budget_take(t, map)) {
+		counter_inc(&t->metrics.materialize_refused);
+		rc = fail(m, -ENOMEM, "a %zu-byte result would exceed materialize_max=%" PRIu64
+			  " (%" PRIu64 " bytes held by open .materialize files)", len,
+			  t->cfg->materialize_max, atomic_load(&t->materialize_held));
 		goto out;
 	}
-	memcpy(m->out, hdr, (size_t)hl);
-	size_t at = (size_t)hl;
-	for (size_t i = 0; i < req.count; i++) {
-		size_t body = (size_t)slots[i].env.payload_len;
-		memcpy(m->out + at, slots[i].npy + (slots[i].npy_len - body), body);
-		at += body;
+	m->out = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m->out == MAP_FAILED) {
+		m->out = NULL;
+		budget_give(t, map);
+		rc = fail(m, -ENOMEM, "no memory for a %zu-byte result", len);
+		goto out;
 	}
-	m->out_len = at;
+	m->out_map = map;
+	memcpy(m->out, hdr, (size_t)hl);
+	uint64_t at = (uint64_t)hl;
+	for (size_t i = 0; i < req.count; i++) {
+		slots[i].at = at;
+		at += slots[i].env.payload_len;
+	}
+	j.out = m->out;
+	run_pass(&j, PASS_LOAD);
+	rc = pass_error(m, &req, slots);
+	if (rc) {
+		result_free(t, m);
+		goto out;
+	}
+	m->out_len = len;
 out:
-	for (size_t i = 0; slots && i < req.count; i++)
-		free(slots[i].buf);
 	free(slots);
 	free(which);
 	materialize_request_free(&req);
@@ -481,10 +536,16 @@ int materialize_write(struct tree *t, struct handle *h, uint64_t off, const void
 			size_t cap = m->text_cap ? m->text_cap : 4096;
 			while (cap < m->text_len + len)
 				cap *= 2;
-			char *grown = realloc(m->text, cap);
+			char *grown = NULL;
+			if (budget_take(t, cap - m->text_cap)) {
+				grown = realloc(m->text, cap);
+				if (!grown)
+					budget_give(t, cap - m->text_cap);
+			}
 			if (!grown)
 				rc = -ENOMEM;
 			else {
+				m->text_held += cap - m->text_cap;
 				m->text = grown;
 				m->text_cap = cap;
 			}
@@ -495,8 +556,9 @@ int materialize_write(struct tree *t, struct handle *h, uint64_t off, const void
 		}
 	}
 	pthread_mutex_unlock(&m->mu);
-	if (rc == -EINVAL || rc == -EFBIG)
-		log_warn("materialize %s: write refused (%s)", m->ver->name, strerror(-rc));
+	if (rc < 0)
+		log_warn("materialize %s: write refused (%s)", m->ver->name,
+			 rc == -ENOMEM ? "request text would exceed materialize_max=" : strerror(-rc));
 	return rc;
 }
 
@@ -539,7 +601,8 @@ void materialize_release(struct tree *t, struct handle *h)
 	tree_touch(m->ver); /* idle time counts from the last close */
 	node_unref(&m->ver->node, 1);
 	pthread_mutex_destroy(&m->mu);
+	result_free(t, m);
+	budget_give(t, m->text_held);
 	free(m->text);
-	free(m->out);
 	free(m);
 }

@@ -34,6 +34,11 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
 	       g->max_object);
 	metric(f, "artfs_uploads_in_flight", "gauge", "Publishes opened and not yet closed.",
 	       g->uploads);
+	metric(f, "artfs_materialize_held_bytes", "gauge",
+	       "Bytes held by open .materialize files (results and request text).",
+	       g->materialize_held);
+	metric(f, "artfs_materialize_max_bytes", "gauge",
+	       "What open .materialize files may hold at once (materialize_max=).", g->materialize_max);
 	metric(f, "artfs_start_time_seconds", "gauge", "Unix time the daemon started.",
 	       (uint64_t)g->started);
 	metric(f, "artfs_store_sizing", "gauge",
@@ -90,6 +95,9 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
 	       get(&m->objects_collected));
 	metric(f, "artfs_bytes_collected_total", "counter", "Bytes freed by collection.",
 	       get(&m->bytes_collected));
+	metric(f, "artfs_materialize_refused_total", "counter",
+	       "Materialized results refused under materialize_max= (ENOMEM).",
+	       get(&m->materialize_refused));
 	if (fclose(f) != 0) {
 		free(text);
 		return NULL;

@@ -29,6 +29,7 @@ struct metrics {
 	counter_t versions_collected;   /* expired (ttl=) */
 	counter_t objects_collected;
 	counter_t bytes_collected;
+	counter_t materialize_refused;  /* results refused under materialize_max= (ENOMEM) */
 };
 
 struct metrics_version {
@@ -48,6 +49,8 @@ struct metrics_gauges {
 	uint64_t capacity;
 	uint64_t max_object;
 	uint64_t uploads;
+	uint64_t materialize_held;  /* bytes held by open .materialize files */
+	uint64_t materialize_max;
 	int64_t started;
 	bool sizing;         /* the store's bytes are still being counted after a start */
 	struct metrics_version *per_version;

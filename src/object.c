@@ -62,30 +62,94 @@ static int check_identity(struct tree *t, struct version *ver, const char *name,
 	return 0;
 }
 
-int object_read_meta(struct tree *t, struct version *ver, const uint8_t *hash, size_t hash_len,
-		     struct envelope *env)
+/* Reads and checks the header of an open store file. */
+static int read_header(struct tree *t, struct version *ver, int fd, const char *name,
+		       const uint8_t *hash, size_t hash_len, struct envelope *env)
 {
-	char name[ARTFS_HASH_HEX_MAX + 1], detail[160];
+	char detail[160];
 	uint8_t head[ENVELOPE_HEADER_BYTES_MAX];
 	struct stat st;
 
-	key_hex(hash, hash_len, name);
-	int fd = store_object_open(ver->dirfd, name);
-	if (fd < 0)
-		return fd == -ENOENT || resource_error(fd) ? fd : corrupt(t, ver, name, strerror(-fd));
-	if (fstat(fd, &st) < 0 || st.st_size < ENVELOPE_PREFIX_LEN) {
-		close(fd);
+	if (fstat(fd, &st) < 0 || st.st_size < ENVELOPE_PREFIX_LEN)
 		return corrupt(t, ver, name, "too short to be an envelope");
-	}
 	size_t want = (uint64_t)st.st_size < sizeof(head) ? (size_t)st.st_size : sizeof(head);
-	int rc = store_pread_all(fd, head, want, 0);
-	close(fd);
-	if (rc < 0)
+	if (store_pread_all(fd, head, want, 0) < 0)
 		return corrupt(t, ver, name, "short read");
 	enum envelope_error why = envelope_parse(head, want, env, detail, sizeof(detail));
 	if (why)
 		return corrupt(t, ver, name, detail);
 	return check_identity(t, ver, name, hash, hash_len, env, (uint64_t)st.st_size);
+}
+
+static int open_stored(struct tree *t, struct version *ver, const char *name)
+{
+	int fd = store_object_open(ver->dirfd, name);
+
+	if (fd < 0 && fd != -ENOENT && !resource_error(fd))
+		return corrupt(t, ver, name, store_open_error(fd));
+	return fd;
+}
+
+int object_read_meta(struct tree *t, struct version *ver, const uint8_t *hash, size_t hash_len,
+		     struct envelope *env)
+{
+	char name[ARTFS_HASH_HEX_MAX + 1];
+
+	key_hex(hash, hash_len, name);
+	int fd = open_stored(t, ver, name);
+	if (fd < 0)
+		return fd;
+	int rc = read_header(t, ver, fd, name, hash, hash_len, env);
+	close(fd);
+	return rc;
+}
+
+#define VERIFY_CHUNK (1u << 20)
+
+int object_verify(struct tree *t, struct version *ver, const uint8_t *hash, size_t hash_len,
+		  const struct envelope *expect, uint8_t *dst)
+{
+	char name[ARTFS_HASH_HEX_MAX + 1];
+	struct envelope env;
+	struct sha256 sha;
+	uint8_t digest[32];
+
+	key_hex(hash, hash_len, name);
+	int fd = open_stored(t, ver, name);
+	if (fd < 0)
+		return fd;
+	int rc = read_header(t, ver, fd, name, hash, hash_len, &env);
+	if (rc == 0 && !envelope_same(&env, expect))
+		rc = corrupt(t, ver, name, "it changed while the request was served");
+	off_t at = ENVELOPE_PREFIX_LEN + (off_t)env.header_len;
+	uint8_t *chunk = NULL;
+	if (rc == 0 && !dst && !(chunk = malloc(VERIFY_CHUNK)))
+		rc = -ENOMEM;
+	if (rc == 0 && sha256_begin(&sha) < 0)
+		rc = -ENOMEM;
+	for (uint64_t done = 0; rc == 0 && done < env.payload_len;) {
+		uint64_t left = env.payload_len - done;
+		size_t n = dst ? (size_t)left : left < VERIFY_CHUNK ? (size_t)left : VERIFY_CHUNK;
+		uint8_t *p = dst ? dst : chunk;
+		if (store_pread_all(fd, p, n, at + (off_t)done) < 0) {
+			sha256_abandon(&sha);
+			rc = corrupt(t, ver, name, "short read");
+			break;
+		}
+		sha256_update(&sha, p, n);
+		done += n;
+		if (dst)
+			dst += n;
+	}
+	if (rc == 0) {
+		sha256_end(&sha, digest);
+		counter_inc(&t->metrics.verifications);
+		if (memcmp(digest, env.payload_sha256, 32) != 0)
+			rc = corrupt(t, ver, name, "payload does not match payload_sha256");
+	}
+	free(chunk);
+	close(fd);
+	return rc;
 }
 
 int object_know_size(struct tree *t, struct object *o)
@@ -166,7 +230,7 @@ int object_open(struct tree *t, struct object *o, struct handle **h, struct tree
 	object_name(o, name);
 	int fd = store_object_open(o->ver->dirfd, name);
 	if (fd < 0)
-		return fd == -ENOENT || resource_error(fd) ? fd : corrupt(t, o->ver, name, strerror(-fd));
+		return fd == -ENOENT || resource_error(fd) ? fd : corrupt(t, o->ver, name, store_open_error(fd));
 	if (fstat(fd, &st) < 0) {
 		close(fd);
 		return corrupt(t, o->ver, name, strerror(errno));

@@ -13,6 +13,14 @@
 int object_read_meta(struct tree *t, struct version *ver, const uint8_t *hash, size_t hash_len,
 		     struct envelope *env);
 
+/* Verifies the stored <ver>/<hash> whole, reading it once: its header
+ * must describe the same content as expect (from object_read_meta) and its
+ * payload hash to payload_sha256. With dst, the payload (payload_len
+ * bytes) lands there. 0, -ENOENT, -EMFILE/-ENFILE/-ENOMEM, or -EIO
+ * (logged, counted). */
+int object_verify(struct tree *t, struct version *ver, const uint8_t *hash, size_t hash_len,
+		  const struct envelope *expect, uint8_t *dst);
+
 /* Makes o->npy_size known (read from the store after a restart). */
 int object_know_size(struct tree *t, struct object *o);
 

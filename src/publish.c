@@ -27,7 +27,12 @@ struct upload {
 	uint64_t received;
 	uint64_t total;              /* 4 + H + payload, once the header is in */
 	bool have_header;
-	bool reserved;               /* t->bytes_reserved holds total */
+	/* The key was committed when the header came: the bytes are only
+	 * hashed, nothing is stored or reserved, and the outcome is the
+	 * comparison made then (0 identical, -EEXIST different). */
+	bool onto_existing;
+	int existing_result;
+	uint64_t reserved;           /* bytes of t->bytes_reserved held: those received */
 	bool pending;                /* obj is in its version's pending table */
 	bool finished;               /* result is final */
 	int result;                  /* the publish's errno, once finished */
@@ -43,9 +48,16 @@ static void unreserve(struct tree *t, struct upload *u)
 	if (!u->reserved)
 		return;
 	pthread_mutex_lock(&t->lock);
-	t->bytes_reserved -= u->total;
+	t->bytes_reserved -= u->reserved;
 	pthread_mutex_unlock(&t->lock);
-	u->reserved = false;
+	u->reserved = 0;
+}
+
+/* The errno a publish answers when the daemon runs out of descriptors:
+ * ENFILE, the daemon's table is full (EMFILE would blame the caller's). */
+static int resource_errno(int rc)
+{
+	return rc == -EMFILE || rc == -ENFILE ? -ENFILE : rc == -ENOMEM ? -ENOMEM : 0;
 }
 
 static void drop_data(struct tree *t, struct upload *u)
@@ -80,14 +92,47 @@ static int fail(struct tree *t, struct upload *u, int err, const char *what)
 	return err;
 }
 
+/* The key already holds an object: identical content is 0, different
+ * content -EEXIST (logged with both checksums). */
+static int compare_existing(struct tree *t, struct upload *u)
+{
+	struct envelope old;
+	int rc = object_read_meta(t, u->ver, u->obj->hash, u->obj->hash_len, &old);
+
+	if (rc < 0) {
+		int res = resource_errno(rc);
+		log_warn("publish %s/%s: the key's stored object is unreadable (%s); publish refused",
+			 u->ver->name, u->name, strerror(-rc));
+		return res ? res : -EIO;
+	}
+	if (envelope_same(&old, &u->env))
+		return 0;
+	char a[65], b[65];
+	key_hex(old.payload_sha256, 32, a);
+	key_hex(u->env.payload_sha256, 32, b);
+	log_warn("publish %s/%s: collision: the key holds different content "
+		 "(stored payload %s, offered %s)", u->ver->name, u->name, a, b);
+	return -EEXIST;
+}
+
+/* Counts the outcome of a publish onto a committed key. */
+static int count_existing(struct tree *t, int rc)
+{
+	if (rc == 0)
+		counter_inc(&t->metrics.republish_identical);
+	else if (rc == -EEXIST)
+		counter_inc(&t->metrics.collisions);
+	else
+		counter_inc(&t->metrics.publish_errors);
+	return rc;
+}
+
 int publish_begin(struct tree *t, struct object *obj, struct handle **h)
 {
 	struct upload *u = calloc(1, sizeof(*u));
 
 	if (!u)
 		return -ENOMEM;
-	handle_init(&u->h, HANDLE_UPLOAD);
-	pthread_mutex_init(&u->mu, NULL);
 	u->obj = obj;
 	u->ver = obj->ver;
 	u->tmp.fd = -1;
@@ -95,37 +140,40 @@ int publish_begin(struct tree *t, struct object *obj, struct handle **h)
 	key_derive(u->ver->name, obj->hash, obj->hash_len, u->key);
 
 	pthread_mutex_lock(&t->lock);
-	if (u->ver->removed) {
+	if (u->ver->removed) { /* collected or removed since the lookup */
 		pthread_mutex_unlock(&t->lock);
-		pthread_mutex_destroy(&u->mu);
 		free(u);
 		return -ENOENT;
 	}
-	/* A new name: while it is being published its absence is not cacheable. */
-	if (obj->state == OBJECT_UPLOADING && index_pending_add(&t->idx, u->ver, obj) == 0)
+	/* While a name is being published its absence is not cacheable. */
+	if (index_pending_add(&t->idx, u->ver, obj) == 0)
 		u->pending = true;
 	u->ver->uploads++;
 	u->ver->open_files++;
 	t->uploads++;
 	pthread_mutex_unlock(&t->lock);
+	/* Registered last: a handle in the list of open handles is whole. */
+	pthread_mutex_init(&u->mu, NULL);
 	node_ref(&obj->node);
 	tree_touch(u->ver);
+	handle_init(&u->h, HANDLE_UPLOAD);
 	*h = &u->h;
 	return 0;
 }
 
-/* Room for this object under capacity=; a key that already exists needs
- * none unless it vanishes before commit. A full store first collects the
- * versions that have expired. */
-static int reserve(struct tree *t, struct upload *u)
+/* Room for n more bytes under capacity= (reserve: held from now on;
+ * otherwise only asked). Bytes are reserved as they arrive, so a writer
+ * that stalls after its header holds only what it sent. A full store
+ * first collects the versions that have expired. */
+static int make_room(struct tree *t, struct upload *u, uint64_t n, bool reserve)
 {
 	tree_wait_sized(t); /* capacity needs every stored byte counted */
 	for (int attempt = 0;; attempt++) {
 		pthread_mutex_lock(&t->lock);
-		bool fits = t->bytes_used + t->bytes_reserved + u->total <= t->cfg->capacity;
-		if (fits) {
-			t->bytes_reserved += u->total;
-			u->reserved = true;
+		bool fits = t->bytes_used + t->bytes_reserved + n <= t->cfg->capacity;
+		if (fits && reserve) {
+			t->bytes_reserved += n;
+			u->reserved += n;
 		}
 		pthread_mutex_unlock(&t->lock);
 		if (fits)
@@ -176,16 +224,25 @@ static int accept_header(struct tree *t, struct upload *u)
 		return fail(t, u, -EFBIG, detail);
 	}
 	u->have_header = true;
-	if (!key_committed(t, u) && reserve(t, u) < 0)
+	if (sha256_begin(&u->sha) < 0)
+		return fail(t, u, -ENOMEM, "out of memory");
+	if (key_committed(t, u)) {
+		/* Decided now, against what is stored; the payload only has to
+		 * hash to what the header says. Needs no room, stores nothing. */
+		u->onto_existing = true;
+		u->existing_result = compare_existing(t, u);
+		return 0;
+	}
+	/* Refused at once when the whole object cannot fit now. */
+	if (make_room(t, u, u->total, false) < 0)
 		return no_space(t, u);
 	int rc = store_tmp_open(u->ver->dirfd, &u->tmp);
 	if (rc < 0) {
+		int res = resource_errno(rc);
 		snprintf(detail, sizeof(detail), "cannot create a temporary file in the store: %s",
 			 strerror(-rc));
-		return fail(t, u, rc == -ENOSPC ? rc : -EIO, detail);
+		return fail(t, u, res ? res : rc == -ENOSPC ? rc : -EIO, detail);
 	}
-	if (sha256_begin(&u->sha) < 0)
-		return fail(t, u, -ENOMEM, "out of memory");
 	return 0;
 }
 
@@ -272,9 +329,13 @@ static int consume(struct tree *t, struct upload *u, uint64_t off, const uint8_t
 	}
 	if (n)
 		sha256_update(&u->sha, p, n);
-	int rc = store_bytes(t, u, head, head_len, p, n, store_off);
-	if (rc < 0)
-		return rc;
+	if (!u->onto_existing) {
+		if (make_room(t, u, head_len + n, true) < 0)
+			return no_space(t, u);
+		int rc = store_bytes(t, u, head, head_len, p, n, store_off);
+		if (rc < 0)
+			return rc;
+	}
 	u->received += n;
 	return 0;
 }
@@ -304,35 +365,6 @@ int publish_write(struct tree *t, struct handle *h, uint64_t off, const void *bu
 	return rc < 0 ? rc : (int)len;
 }
 
-/* The key already holds an object: identical content is success. */
-static int compare_existing(struct tree *t, struct upload *u)
-{
-	struct envelope old;
-	int rc = object_read_meta(t, u->ver, u->obj->hash, u->obj->hash_len, &old);
-
-	if (rc < 0) {
-		log_warn("publish %s/%s: the key's stored object is unreadable (%s); publish refused",
-			 u->ver->name, u->name, strerror(-rc));
-		counter_inc(&t->metrics.publish_errors);
-		return -EIO;
-	}
-	if (old.kind == u->env.kind && old.source_token_start == u->env.source_token_start &&
-	    memcmp(old.array.dtype, u->env.array.dtype, 4) == 0 &&
-	    old.array.ndim == u->env.array.ndim &&
-	    memcmp(old.array.shape, u->env.array.shape, old.array.ndim * sizeof(uint64_t)) == 0 &&
-	    memcmp(old.payload_sha256, u->env.payload_sha256, 32) == 0) {
-		counter_inc(&t->metrics.republish_identical);
-		return 0;
-	}
-	char a[65], b[65];
-	key_hex(old.payload_sha256, 32, a);
-	key_hex(u->env.payload_sha256, 32, b);
-	counter_inc(&t->metrics.collisions);
-	log_warn("publish %s/%s: collision: the key holds different content "
-		 "(stored payload %s, offered %s)", u->ver->name, u->name, a, b);
-	return -EEXIST;
-}
-
 /* Links the verified file into place and indexes it. */
 static int commit(struct tree *t, struct upload *u)
 {
@@ -340,13 +372,13 @@ static int commit(struct tree *t, struct upload *u)
 	uint64_t npy_size;
 	int rc;
 
-	if (key_committed(t, u))
-		return compare_existing(t, u);
-	if (!u->reserved && reserve(t, u) < 0)
-		return no_space(t, u);
+	if (u->onto_existing)
+		return count_existing(t, u->existing_result);
+	if (key_committed(t, u)) /* a concurrent publish of the same key won */
+		return count_existing(t, compare_existing(t, u));
 	rc = store_tmp_link(u->ver->dirfd, &u->tmp, u->name);
-	if (rc == -EEXIST) /* a concurrent publish of the same key won */
-		return compare_existing(t, u);
+	if (rc == -EEXIST)
+		return count_existing(t, compare_existing(t, u));
 	if (rc < 0 || fstat(u->tmp.fd, &st) < 0) {
 		char what[128];
 		snprintf(what, sizeof(what), "cannot link into the store: %s",
@@ -355,21 +387,16 @@ static int commit(struct tree *t, struct upload *u)
 	}
 	npy_file_size(&u->env.array, &npy_size);
 
-	struct object *o = u->obj;
-	if (o->state != OBJECT_UPLOADING) {
-		/* Re-publish of a key removed since open: a fresh node. */
-		o = object_new(u->ver, o->hash, o->hash_len);
-		if (!o) {
-			store_object_remove(u->ver->dirfd, u->name);
-			return fail(t, u, -ENOMEM, "out of memory");
-		}
-	} else
-		node_ref(&o->node);
+	struct object *o = u->obj; /* a fresh node from create, never indexed before */
+	node_ref(&o->node);
 	o->file_size = u->total;
 	atomic_store(&o->npy_size, npy_size);
 	atomic_store(&o->ctime_ns, (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec);
 	atomic_store(&o->verified, 1);
 
+	/* Another publish of this name held the pending entry: after it ended,
+	 * a lookup may have cached the name's absence. */
+	bool forget = !u->pending;
 	pthread_mutex_lock(&t->lock);
 	if (u->pending) { /* both tables chain through o->next */
 		index_pending_remove(&t->idx, u->ver, u->obj);
@@ -377,14 +404,14 @@ static int commit(struct tree *t, struct upload *u)
 	}
 	rc = index_object_insert(&t->idx, u->ver, o);
 	if (rc == 0) {
-		t->bytes_reserved -= u->total;
-		u->reserved = false;
+		t->bytes_reserved -= u->reserved;
+		u->reserved = 0;
 		t->bytes_used += u->total;
 		t->objects++;
 		u->ver->bytes += u->total;
 	}
 	pthread_mutex_unlock(&t->lock);
-	if (rc == 0 && o != u->obj) /* a lookup meanwhile may have cached its absence */
+	if (rc == 0 && forget)
 		expiry_forget(t, tree_node_id(t, &u->ver->node), u->name);
 	node_unref(&o->node, 1);
 	if (rc < 0) {

@@ -294,9 +294,22 @@ int store_pread_all(int fd, void *buf, size_t len, off_t off)
 
 int store_object_open(int dirfd, const char *name)
 {
-	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO put in the store must not hang the thread. */
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	struct stat st;
 
-	return fd < 0 ? -errno : fd;
+	if (fd < 0)
+		return errno == ELOOP ? -EFTYPE_STORE : -errno;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EFTYPE_STORE;
+	}
+	return fd;
+}
+
+const char *store_open_error(int rc)
+{
+	return rc == -EFTYPE_STORE ? "not a regular file" : strerror(-rc);
 }
 
 int store_object_stat(int dirfd, const char *name, struct stat *st)

@@ -59,7 +59,13 @@ int store_pwrite_all(int fd, const void *buf, size_t len, off_t off);
 /* pread exactly len bytes at off; -EIO if the file is shorter. */
 int store_pread_all(int fd, void *buf, size_t len, off_t off);
 
-int store_object_open(int dirfd, const char *name); /* fd or -errno */
+/* What store_object_open answers for a name that is not a regular file
+ * (a link, a FIFO, a device): the store is damaged there. */
+#define EFTYPE_STORE EUCLEAN
+/* A committed object's file, read-only: fd or -errno. */
+int store_object_open(int dirfd, const char *name);
+/* The reason to log for a negative errno of store_object_open. */
+const char *store_open_error(int rc);
 int store_object_stat(int dirfd, const char *name, struct stat *st);
 int store_object_remove(int dirfd, const char *name);
 

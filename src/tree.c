@@ -503,15 +503,17 @@ int tree_create(struct tree *t, struct node *parent, const char *name, int flags
 		return -EINVAL;
 	}
 	struct object *o = find_object(t, v, hash, len, NULL);
-	if (o && (flags & O_EXCL)) {
+	if (o) {
 		node_unref(&o->node, 1);
-		return -EEXIST;
+		if (flags & O_EXCL)
+			return -EEXIST;
 	}
-	if (!o) {
-		o = object_new(v, hash, len);
-		if (!o)
-			return -ENOMEM;
-	}
+	/* Always a fresh node, even when the key is committed (a create that
+	 * raced a commit): the writer's inode is never the readers' one, so
+	 * its writes cannot change the size the kernel has for readers. */
+	o = object_new(v, hash, len);
+	if (!o)
+		return -ENOMEM;
 	int rc = publish_begin(t, o, h);
 	if (rc < 0) {
 		node_unref(&o->node, 1);
@@ -541,12 +543,20 @@ int tree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,
 		return weights_open(t, n, flags, h, r);
 	case NODE_OBJECT: {
 		struct object *o = (struct object *)n;
+		if (o->state == OBJECT_REMOVED)
+			return -ESTALE; /* unlinked since the lookup: the kernel looks again */
 		if (o->state != OBJECT_COMMITTED)
 			return -ENOENT;
 		if (writing) {
-			/* Publishing onto an existing key: close says identical or not. */
-			r->direct_io = true;
-			return publish_begin(t, o, h);
+			/* A committed object's inode is never written: the kernel would
+			 * grow the size its readers see while the writes go on (they
+			 * read zeros past the .npy). Its mode is 0444; root is refused
+			 * too. An idempotent re-publish goes through .put. */
+			char name[ARTFS_HASH_HEX_MAX + 1];
+			object_name(o, name);
+			log_debug("open %s/%s for writing: refused, published objects are read-only",
+				  o->ver->name, name);
+			return -EACCES;
 		}
 		return object_open(t, o, h, r);
 	}

@@ -33,6 +33,7 @@ struct tree {
 	uint64_t bytes_used;      /* committed bytes, all versions */
 	uint64_t bytes_reserved;  /* declared bytes of publishes in flight */
 	uint64_t uploads;         /* publishes in flight */
+	_Atomic uint64_t materialize_held; /* bytes held by open .materialize files */
 	struct node root;
 	struct node info_dir;
 	struct node info_files[INFO_COUNT];

@@ -330,6 +330,98 @@ START_TEST(names_and_listing)
 }
 END_TEST
 
+START_TEST(create_in_a_removed_version_registers_nothing)
+{
+	/* A version removed while the kernel still holds it (rmdir, or ttl=
+	 * collection): a create there is ENOENT, and no half-made handle may
+	 * stay in the list of open handles (it did: the next open wrote
+	 * through a freed pointer). */
+	struct tree_entry e;
+	struct handle *h = NULL;
+	struct tree_open_reply r = { 0 };
+	size_t len;
+	start(1 << 20);
+	struct node *gone = version("gone");
+	ck_assert_int_eq(tree_rmdir(&t, &t.root, "gone"), 0);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(tree_create(&t, gone, "00aa", O_CREAT | O_WRONLY, &e, &h, &r),
+				 -ENOENT);
+	/* Opens and releases after it walk the list of open handles. */
+	struct node *ver = version("v");
+	uint8_t *a = make_envelope("v", "00bb", 1, 3, &len);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(publish(ver, "00bb", a, len), 0);
+	free(a);
+	tree_forget(&t, ver, 1);
+	tree_forget(&t, gone, 1);
+	stop();
+}
+END_TEST
+
+START_TEST(a_committed_object_is_never_opened_for_writing)
+{
+	/* Writes through the readers' inode would change the size the kernel
+	 * serves them: a committed object is read-only for every user, and a
+	 * create that meets a committed key writes to a node of its own. */
+	struct tree_entry e, ce;
+	struct handle *h;
+	struct tree_open_reply r = { 0 };
+	size_t len;
+	start(1 << 20);
+	struct node *ver = version("v");
+	uint8_t *a = make_envelope("v", "00aa", 1, 3, &len);
+	ck_assert_int_eq(publish(ver, "00aa", a, len), 0);
+	ck_assert_int_eq(tree_lookup(&t, ver, "00aa", &e), 0);
+	ck_assert_int_eq(tree_open_file(&t, e.node, O_WRONLY, &h, &r), -EACCES);
+	ck_assert_int_eq(tree_open_file(&t, e.node, O_RDWR, &h, &r), -EACCES);
+	ck_assert_int_eq(tree_create(&t, ver, "00aa", O_CREAT | O_WRONLY, &ce, &h, &r), 0);
+	ck_assert_ptr_ne(ce.node, e.node);
+	for (size_t off = 0; off < len; off += 100)
+		ck_assert_int_ge(tree_write(&t, h, off, a + off, len - off < 100 ? len - off : 100, 7), 0);
+	ck_assert_int_eq(tree_flush(&t, h, 7), 0); /* identical */
+	tree_release(&t, h);
+	tree_forget(&t, ce.node, 1);
+	ck_assert_uint_eq(t.metrics.republish_identical, 1);
+	ck_assert_uint_eq(t.objects, 1);
+	/* Unlinked while held: the kernel is told to look the name up again. */
+	ck_assert_int_eq(tree_unlink(&t, ver, "00aa"), 0);
+	ck_assert_int_eq(tree_open_file(&t, e.node, O_RDONLY, &h, &r), -ESTALE);
+	tree_forget(&t, e.node, 1);
+	tree_forget(&t, ver, 1);
+	free(a);
+	stop();
+}
+END_TEST
+
+START_TEST(a_stalled_writer_holds_only_what_it_sent)
+{
+	/* Capacity is reserved as bytes arrive: a writer that sent a header
+	 * declaring a large payload and then nothing holds only its header. */
+	struct tree_entry e;
+	struct handle *h;
+	struct tree_open_reply r = { 0 };
+	size_t len;
+	start(1 << 20);
+	struct node *ver = version("v");
+	uint8_t *big = make_envelope("v", "00aa", 2000, 1, &len); /* 2000 rows of 48x8 */
+	ck_assert_int_eq(tree_create(&t, ver, "00aa", O_CREAT | O_WRONLY, &e, &h, &r), 0);
+	uint32_t hl;
+	memcpy(&hl, big, 4);
+	size_t head = 4 + hl;
+	ck_assert_int_eq(tree_write(&t, h, 0, big, head, 7), (int)head);
+	ck_assert_uint_le(t.bytes_reserved, head);
+	ck_assert_int_eq(tree_write(&t, h, head, big + head, 1000, 7), 1000);
+	ck_assert_uint_eq(t.bytes_reserved, head + 1000);
+	tree_release(&t, h); /* closed early: nothing committed, nothing held */
+	tree_forget(&t, e.node, 1);
+	ck_assert_uint_eq(t.bytes_reserved, 0);
+	ck_assert_uint_eq(t.objects, 0);
+	free(big);
+	tree_forget(&t, ver, 1);
+	stop();
+}
+END_TEST
+
 Suite *tree_suite(void)
 {
 	Suite *s = suite_create("tree");
@@ -340,6 +432,9 @@ Suite *tree_suite(void)
 	tcase_add_test(tc, a_forked_child_closing_does_not_commit);
 	tcase_add_test(tc, restart_reindexes_and_refuses_a_second_daemon);
 	tcase_add_test(tc, names_and_listing);
+	tcase_add_test(tc, create_in_a_removed_version_registers_nothing);
+	tcase_add_test(tc, a_committed_object_is_never_opened_for_writing);
+	tcase_add_test(tc, a_stalled_writer_holds_only_what_it_sent);
 	suite_add_tcase(s, tc);
 	return s;
 }
