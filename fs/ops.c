@@ -17,7 +17,7 @@ static struct tree *tree_of(fuse_req_t req)
 
 static struct node *node_of(fuse_req_t req, fuse_ino_t ino)
 {
-	return tree_node_from_id(tree_of(req), ino);
+	return node_from_id(tree_of(req), ino);
 }
 
 static struct handle *handle_of(const struct fuse_file_info *fi)
@@ -26,7 +26,7 @@ static struct handle *handle_of(const struct fuse_file_info *fi)
 }
 
 static void set_open_flags(struct fuse_file_info *fi, struct handle *h,
-			   const struct tree_open_reply *r)
+			   const struct open_reply *r)
 {
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->keep_cache = r->keep_cache;
@@ -38,7 +38,7 @@ static void set_open_flags(struct fuse_file_info *fi, struct handle *h,
 static void fill_entry(fuse_req_t req, const struct tree_entry *e, struct fuse_entry_param *p)
 {
 	memset(p, 0, sizeof(*p));
-	p->ino = tree_node_id(tree_of(req), e->node);
+	p->ino = node_id(tree_of(req), e->node);
 	p->attr = e->st;
 	p->attr_timeout = e->attr_timeout;
 	p->entry_timeout = e->entry_timeout;
@@ -171,7 +171,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 {
 	struct tree *t = tree_of(req);
 	struct tree_entry e;
-	struct tree_open_reply r = { 0 };
+	struct open_reply r = { 0 };
 	struct handle *h = NULL;
 	struct fuse_entry_param p;
 	int rc = tree_create(t, node_of(req, parent), name, fi->flags, &e, &h, &r);
@@ -193,7 +193,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct tree *t = tree_of(req);
-	struct tree_open_reply r = { 0 };
+	struct open_reply r = { 0 };
 	struct handle *h;
 	int rc = tree_open_file(t, node_of(req, ino), fi->flags, &h, &r);
 
@@ -206,132 +206,103 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		tree_release(t, h);
 }
 
-static void do_read(fuse_req_t req, struct handle *h, size_t size, off_t off)
+/* A request handed to a worker (fs_defer) when it may take long: its
+ * arguments, copied, and what to run. A write's bytes are copied too,
+ * since the request's buffer is reused once the handler returns. */
+struct job {
+	void (*run)(struct job *j);
+	fuse_req_t req;
+	struct handle *h;
+	struct node *n;            /* opendir: the kernel holds the inode meanwhile */
+	struct fuse_file_info fi;
+	size_t size;
+	off_t off;
+	const char *data;          /* write: the bytes (j->copy once deferred) */
+	char copy[];
+};
+
+static void job_main(void *arg)
 {
-	struct tree *t = tree_of(req);
+	struct job *j = arg;
+
+	j->run(j);
+	free(j);
+}
+
+/* Runs j at once when quick (or when no worker can take it), else on a
+ * worker; copies what must outlive this handler. */
+static void run_or_defer(bool quick, struct job *j)
+{
+	size_t extra = j->data ? j->size : 0;
+	struct job *d;
+
+	if (!quick && (d = malloc(sizeof(*d) + extra))) {
+		*d = *j;
+		if (extra) {
+			memcpy(d->copy, j->data, extra);
+			d->data = d->copy;
+		}
+		if (fs_defer(job_main, d) == 0)
+			return;
+		free(d);
+	}
+	j->run(j);
+}
+
+static void run_read(struct job *j)
+{
+	struct tree *t = tree_of(j->req);
 	const void *data;
 	size_t len;
-	int rc = tree_read(t, h, (uint64_t)off, size, &data, &len);
+	int rc = tree_read(t, j->h, (uint64_t)j->off, j->size, &data, &len);
 
 	if (rc < 0) {
-		fuse_reply_err(req, -rc);
+		fuse_reply_err(j->req, -rc);
 		return;
 	}
 	/* The kernel may deliver RELEASE before this reply's writev returns. */
-	fuse_reply_buf(req, data, len);
-	tree_read_done(t, h);
-}
-
-struct read_job {
-	fuse_req_t req;
-	struct handle *h;
-	size_t size;
-	off_t off;
-};
-
-static void read_job(void *arg)
-{
-	struct read_job *j = arg;
-
-	do_read(j->req, j->h, j->size, j->off);
-	free(j);
+	fuse_reply_buf(j->req, data, len);
+	tree_read_done(t, j->h);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	struct handle *h = handle_of(fi);
-	struct read_job *j;
+	struct job j = { .run = run_read, .req = req, .h = handle_of(fi), .size = size, .off = off };
 
-	if (tree_read_quick(tree_of(req), h) || !(j = malloc(sizeof(*j)))) {
-		do_read(req, h, size, off);
-		return;
-	}
-	*j = (struct read_job){ req, h, size, off };
-	if (fs_defer(read_job, j) < 0) {
-		free(j);
-		do_read(req, h, size, off);
-	}
+	run_or_defer(tree_read_quick(tree_of(req), j.h), &j);
 }
 
-static void do_write(fuse_req_t req, struct handle *h, const char *buf, size_t size, off_t off,
-		     uint64_t owner)
+static void run_write(struct job *j)
 {
-	int rc = tree_write(tree_of(req), h, (uint64_t)off, buf, size, owner);
+	int rc = tree_write(tree_of(j->req), j->h, (uint64_t)j->off, j->data, j->size,
+			    j->fi.lock_owner);
 
 	if (rc < 0)
-		fuse_reply_err(req, -rc);
+		fuse_reply_err(j->req, -rc);
 	else
-		fuse_reply_write(req, (size_t)rc);
-}
-
-struct write_job {
-	fuse_req_t req;
-	struct handle *h;
-	off_t off;
-	uint64_t owner;
-	size_t size;
-	char buf[];       /* the request's buffer is reused once the handler returns */
-};
-
-static void write_job(void *arg)
-{
-	struct write_job *j = arg;
-
-	do_write(j->req, j->h, j->buf, j->size, j->off, j->owner);
-	free(j);
+		fuse_reply_write(j->req, (size_t)rc);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
-	struct handle *h = handle_of(fi);
-	struct write_job *j;
+	struct job j = { .run = run_write, .req = req, .h = handle_of(fi), .fi = *fi,
+			 .size = size, .off = off, .data = buf };
 
-	if (tree_write_quick(tree_of(req), h, size) || !(j = malloc(sizeof(*j) + size))) {
-		do_write(req, h, buf, size, off, fi->lock_owner);
-		return;
-	}
-	j->req = req;
-	j->h = h;
-	j->off = off;
-	j->owner = fi->lock_owner;
-	j->size = size;
-	memcpy(j->buf, buf, size);
-	if (fs_defer(write_job, j) < 0) {
-		free(j);
-		do_write(req, h, buf, size, off, fi->lock_owner);
-	}
+	run_or_defer(tree_write_quick(tree_of(req), j.h, size), &j);
 }
 
-struct flush_job {
-	fuse_req_t req;
-	struct handle *h;
-	uint64_t owner;
-};
-
-static void flush_job(void *arg)
+static void run_flush(struct job *j)
 {
-	struct flush_job *j = arg;
-
-	fuse_reply_err(j->req, -tree_flush(tree_of(j->req), j->h, j->owner));
-	free(j);
+	fuse_reply_err(j->req, -tree_flush(tree_of(j->req), j->h, j->fi.lock_owner));
 }
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct handle *h = handle_of(fi);
-	struct flush_job *j;
+	struct job j = { .run = run_flush, .req = req, .h = handle_of(fi), .fi = *fi };
 
-	if (tree_flush_quick(tree_of(req), h) || !(j = malloc(sizeof(*j)))) {
-		fuse_reply_err(req, -tree_flush(tree_of(req), h, fi->lock_owner));
-		return;
-	}
-	*j = (struct flush_job){ req, h, fi->lock_owner };
-	if (fs_defer(flush_job, j) < 0) {
-		free(j);
-		fuse_reply_err(req, -tree_flush(tree_of(req), h, fi->lock_owner));
-	}
+	run_or_defer(tree_flush_quick(tree_of(req), j.h), &j);
 }
 
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
@@ -339,90 +310,46 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	fuse_reply_err(req, -tree_fsync(tree_of(req), handle_of(fi)));
 }
 
-struct release_job {
-	fuse_req_t req;
-	struct handle *h;
-};
-
-static void release_job(void *arg)
+static void run_release(struct job *j)
 {
-	struct release_job *j = arg;
-
 	tree_release(tree_of(j->req), j->h);
 	fuse_reply_err(j->req, 0);
-	free(j);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct handle *h = handle_of(fi);
-	struct release_job *j;
+	struct job j = { .run = run_release, .req = req, .h = handle_of(fi) };
 
-	if (tree_release_quick(tree_of(req), h) || !(j = malloc(sizeof(*j)))) {
-		tree_release(tree_of(req), h);
-		fuse_reply_err(req, 0);
-		return;
-	}
-	*j = (struct release_job){ req, h };
-	if (fs_defer(release_job, j) < 0) {
-		free(j);
-		tree_release(tree_of(req), h);
-		fuse_reply_err(req, 0);
-	}
+	run_or_defer(tree_release_quick(tree_of(req), j.h), &j);
 }
 
-static void do_opendir(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
+static void run_opendir(struct job *j)
 {
-	struct tree *t = tree_of(req);
+	struct tree *t = tree_of(j->req);
 	struct handle *h;
-	int rc = tree_opendir(t, n, &h);
+	int rc = tree_opendir(t, j->n, &h);
 
 	if (rc < 0) {
-		fuse_reply_err(req, -rc);
+		fuse_reply_err(j->req, -rc);
 		return;
 	}
-	fi->fh = (uint64_t)(uintptr_t)h;
-	if (fuse_reply_open(req, fi) != 0)
+	j->fi.fh = (uint64_t)(uintptr_t)h;
+	if (fuse_reply_open(j->req, &j->fi) != 0)
 		tree_releasedir(t, h);
-}
-
-struct opendir_job {
-	fuse_req_t req;
-	struct node *n;
-	struct fuse_file_info fi;
-};
-
-static void opendir_job(void *arg)
-{
-	struct opendir_job *j = arg;
-
-	do_opendir(j->req, j->n, &j->fi);
-	free(j);
 }
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct node *n = node_of(req, ino);
-	struct opendir_job *j;
+	struct job j = { .run = run_opendir, .req = req, .n = node_of(req, ino), .fi = *fi };
 
-	if (tree_opendir_quick(tree_of(req), n) || !(j = malloc(sizeof(*j)))) {
-		do_opendir(req, n, fi);
-		return;
-	}
-	j->req = req;
-	j->n = n; /* the kernel holds the inode while the directory opens */
-	j->fi = *fi;
-	if (fs_defer(opendir_job, j) < 0) {
-		free(j);
-		do_opendir(req, n, fi);
-	}
+	run_or_defer(tree_opendir_quick(tree_of(req), j.n), &j);
 }
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
 	struct tree *t = tree_of(req);
-	struct tree_dirent de;
+	struct dir_entry de;
 	char *buf = malloc(size);
 	size_t used = 0;
 

@@ -21,6 +21,7 @@
 
 #include "config.h"
 #include "key.h"
+#include "metrics.h"
 
 #define PROG "artfsctl"
 #define EXIT_USAGE 2
@@ -217,15 +218,6 @@ static void for_each_line(char *text, size_t len, void (*fn)(char *line, void *a
 	}
 }
 
-static char *trim(char *s)
-{
-	while (*s == ' ' || *s == '\t')
-		s++;
-	char *e = s + strlen(s);
-	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
-		*--e = '\0';
-	return s;
-}
 
 /* ---- numbers and units ------------------------------------------------------ */
 
@@ -303,20 +295,6 @@ static const char *human_duration(uint64_t s, char *buf, size_t size)
 
 /* ---- status ------------------------------------------------------------------ */
 
-enum { G_OBJECTS, G_VERSIONS, G_BYTES_USED, G_BYTES_RESERVED, G_CAPACITY, G_UPLOADS,
-       G_PUBLISHES, G_CHECKSUM_FAILURES, G_COUNT };
-static const char *const global_names[G_COUNT] = {
-	"artfs_objects", "artfs_versions", "artfs_bytes_used", "artfs_bytes_reserved",
-	"artfs_capacity_bytes", "artfs_uploads_in_flight", "artfs_publishes_total",
-	"artfs_checksum_failures_total",
-};
-
-enum { V_OBJECTS, V_BYTES, V_IDLE, V_OPEN, V_COUNT };
-static const char *const version_names[V_COUNT] = {
-	"artfs_version_objects", "artfs_version_bytes", "artfs_version_idle_seconds",
-	"artfs_version_open_files",
-};
-
 struct opt_u64 {
 	bool have;
 	uint64_t v;
@@ -329,7 +307,7 @@ struct version_sample {
 };
 
 struct metrics_view {
-	struct opt_u64 global[G_COUNT];
+	struct opt_u64 global[METRIC_COUNT];
 	struct version_sample *samples;
 	size_t nsamples, cap;
 	bool oom;
@@ -360,7 +338,7 @@ static void config_line(char *line, void *arg)
 	if (!eq)
 		return;
 	*eq = '\0';
-	char *key = trim(line), *value = trim(eq + 1);
+	char *key = config_trim(line), *value = config_trim(eq + 1);
 	if (strcmp(key, "mountpoint") == 0)
 		c->mountpoint = value;
 	else if (*value)
@@ -448,7 +426,7 @@ static void metrics_line(char *line, void *arg)
 	if (*p != ' ' && *p != '\t')
 		return;
 	name[name_len] = '\0';
-	p = trim(p + 1);
+	p = config_trim(p + 1);
 	char *ts = strpbrk(p, " \t");  /* an optional timestamp follows the value */
 	if (ts)
 		*ts = '\0';
@@ -457,15 +435,15 @@ static void metrics_line(char *line, void *arg)
 		return;
 
 	if (!version) {
-		for (int k = 0; k < G_COUNT; k++)
-			if (strcmp(name, global_names[k]) == 0)
+		for (int k = 0; k < METRIC_COUNT; k++)
+			if (strcmp(name, metric_defs[k].name) == 0)
 				m->global[k] = (struct opt_u64){ true, value };
 		return;
 	}
 	if (!key_version_name_valid(version))
 		return;
-	for (int k = 0; k < V_COUNT; k++) {
-		if (strcmp(name, version_names[k]) != 0)
+	for (int k = 0; k < METRIC_VERSION_COUNT; k++) {
+		if (strcmp(name, metric_version_defs[k].name) != 0)
 			continue;
 		if (m->nsamples == m->cap) {
 			size_t cap = m->cap ? m->cap * 2 : 64;
@@ -517,15 +495,15 @@ static void print_versions(struct metrics_view *m)
 	printf("%-*s  %8s  %10s  %7s  %4s\n", width, "VERSION", "OBJECTS", "BYTES", "IDLE", "OPEN");
 	for (size_t i = 0; i < m->nsamples;) {
 		const char *name = m->samples[i].version;
-		struct opt_u64 v[V_COUNT] = { { 0 } };
+		struct opt_u64 v[METRIC_VERSION_COUNT] = { { 0 } };
 		for (; i < m->nsamples && strcmp(m->samples[i].version, name) == 0; i++)
 			v[m->samples[i].kind] = (struct opt_u64){ true, m->samples[i].value };
 		char objects[24], open_files[24];
 		printf("%-*s  %8s  %10s  %7s  %4s\n", width, name,
-		       opt_text(v[V_OBJECTS], objects, sizeof(objects)),
-		       v[V_BYTES].have ? human_bytes(v[V_BYTES].v, a, sizeof(a)) : "?",
-		       v[V_IDLE].have ? human_duration(v[V_IDLE].v, b, sizeof(b)) : "?",
-		       opt_text(v[V_OPEN], open_files, sizeof(open_files)));
+		       opt_text(v[METRIC_VERSION_OBJECTS], objects, sizeof(objects)),
+		       v[METRIC_VERSION_BYTES].have ? human_bytes(v[METRIC_VERSION_BYTES].v, a, sizeof(a)) : "?",
+		       v[METRIC_VERSION_IDLE].have ? human_duration(v[METRIC_VERSION_IDLE].v, b, sizeof(b)) : "?",
+		       opt_text(v[METRIC_VERSION_OPEN], open_files, sizeof(open_files)));
 	}
 }
 
@@ -533,7 +511,7 @@ static int status_report(const struct ctl *ctl, struct config_view *c, struct me
 {
 	char s1[32], s2[32], s3[32], safe[512];
 	struct opt_u64 *g = m->global;
-	struct opt_u64 capacity = g[G_CAPACITY].have ? g[G_CAPACITY] : config_u64(c, "capacity");
+	struct opt_u64 capacity = g[METRIC_CAPACITY].have ? g[METRIC_CAPACITY] : config_u64(c, "capacity");
 	struct opt_u64 ttl = config_u64(c, "ttl");
 	unsigned store_bit;
 	config_option_find("store", &store_bit);
@@ -543,19 +521,19 @@ static int status_report(const struct ctl *ctl, struct config_view *c, struct me
 									     : ctl->mnt,
 						 safe, sizeof(safe), 400));
 	printf("store       %s\n", store ? printable(store, safe, sizeof(safe), 400) : "?");
-	printf("objects     %s in %s versions\n", opt_text(g[G_OBJECTS], s1, sizeof(s1)),
-	       opt_text(g[G_VERSIONS], s2, sizeof(s2)));
+	printf("objects     %s in %s versions\n", opt_text(g[METRIC_OBJECTS], s1, sizeof(s1)),
+	       opt_text(g[METRIC_VERSIONS], s2, sizeof(s2)));
 	printf("used        %s of %s",
-	       g[G_BYTES_USED].have ? human_bytes(g[G_BYTES_USED].v, s1, sizeof(s1)) : "?",
+	       g[METRIC_BYTES_USED].have ? human_bytes(g[METRIC_BYTES_USED].v, s1, sizeof(s1)) : "?",
 	       capacity.have ? human_bytes(capacity.v, s2, sizeof(s2)) : "?");
-	if (g[G_BYTES_USED].have && capacity.have && capacity.v > 0)
-		printf(" (%.1f%%)", 100.0 * (double)g[G_BYTES_USED].v / (double)capacity.v);
+	if (g[METRIC_BYTES_USED].have && capacity.have && capacity.v > 0)
+		printf(" (%.1f%%)", 100.0 * (double)g[METRIC_BYTES_USED].v / (double)capacity.v);
 	printf("\n");
-	printf("reserved    %s by %s uploads in flight\n",
-	       g[G_BYTES_RESERVED].have ? human_bytes(g[G_BYTES_RESERVED].v, s1, sizeof(s1)) : "?",
-	       opt_text(g[G_UPLOADS], s2, sizeof(s2)));
-	printf("publishes   %s, %s checksum failures\n", opt_text(g[G_PUBLISHES], s1, sizeof(s1)),
-	       opt_text(g[G_CHECKSUM_FAILURES], s2, sizeof(s2)));
+	printf("reserved    %s by %s publishes in flight\n",
+	       g[METRIC_BYTES_RESERVED].have ? human_bytes(g[METRIC_BYTES_RESERVED].v, s1, sizeof(s1)) : "?",
+	       opt_text(g[METRIC_PUBLISHING], s2, sizeof(s2)));
+	printf("publishes   %s, %s checksum failures\n", opt_text(g[METRIC_PUBLISHES], s1, sizeof(s1)),
+	       opt_text(g[METRIC_CHECKSUM_FAILURES], s2, sizeof(s2)));
 	if (!ttl.have)
 		printf("ttl         ?\n");
 	else if (ttl.v == 0)
@@ -707,7 +685,7 @@ static int read_hashes(struct buffer *req)
 				lineno, st == LINE_LONG ? "too long" : "NUL byte");
 			return EXIT_USAGE;
 		}
-		char *h = trim(line);
+		char *h = config_trim(line);
 		if (*h == '\0')
 			continue;
 		if (key_hash_decode(h, bytes, &len) < 0) {

@@ -282,7 +282,7 @@ static void render_value(FILE *f, const struct artfs_config *c, const struct con
 	}
 }
 
-static char *trim(char *s)
+char *config_trim(char *s)
 {
 	while (isspace((unsigned char)*s))
 		s++;
@@ -311,7 +311,7 @@ int config_load_file(struct artfs_config *c, const char *path, char *err, size_t
 			rc = -EINVAL;
 			break;
 		}
-		char *s = trim(line);
+		char *s = config_trim(line);
 		if (*s == '\0' || *s == '#')
 			continue;
 		char *eq = strchr(s, '=');
@@ -321,7 +321,7 @@ int config_load_file(struct artfs_config *c, const char *path, char *err, size_t
 			break;
 		}
 		*eq = '\0';
-		char *key = trim(s), *value = trim(eq + 1);
+		char *key = config_trim(s), *value = config_trim(eq + 1);
 		rc = config_set(c, key, value, true, msg, sizeof(msg));
 		if (rc < 0) {
 			snprintf(err, errlen, "%s:%u: %s", path, lineno, msg);

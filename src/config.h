@@ -68,6 +68,9 @@ int config_parse_size(const char *text, uint64_t *out);
 int config_set(struct artfs_config *c, const char *key, const char *value, bool from_file,
 	       char *err, size_t errlen);
 
+/* s without leading and trailing white space (cut in place). */
+char *config_trim(char *s);
+
 /* Reads `key = value` lines (# comments, blank lines). Returns 0 or a
  * negative errno with a message naming the file and line in err. */
 int config_load_file(struct artfs_config *c, const char *path, char *err, size_t errlen);

@@ -16,13 +16,15 @@ struct control {
 	size_t len;
 };
 
-int control_open(struct tree *t, struct handle **h, struct tree_open_reply *r)
+static const struct handle_ops control_ops;
+
+int control_open(struct tree *t, struct handle **h, struct open_reply *r)
 {
 	struct control *c = calloc(1, sizeof(*c));
 
 	if (!c)
 		return -ENOMEM;
-	handle_init(&c->h, HANDLE_CONTROL);
+	handle_init(&c->h, &control_ops);
 	pthread_mutex_init(&c->mu, NULL);
 	r->direct_io = true;
 	*h = &c->h;
@@ -68,12 +70,14 @@ bad:
 	return -EINVAL;
 }
 
-int control_write(struct tree *t, struct handle *h, const void *buf, size_t len)
+static int control_write(struct tree *t, struct handle *h, uint64_t off, const void *buf,
+			 size_t len, uint64_t owner)
 {
 	struct control *c = (struct control *)h;
 	const char *p = buf;
 	int rc = 0;
 
+	(void)off, (void)owner;
 	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < len && rc == 0; i++) {
 		if (p[i] == '\n') {
@@ -91,11 +95,12 @@ int control_write(struct tree *t, struct handle *h, const void *buf, size_t len)
 	return rc < 0 ? rc : (int)len;
 }
 
-int control_flush(struct tree *t, struct handle *h)
+static int control_flush(struct tree *t, struct handle *h, uint64_t owner)
 {
 	struct control *c = (struct control *)h;
 	int rc = 0;
 
+	(void)owner;
 	pthread_mutex_lock(&c->mu);
 	if (c->len) {
 		c->line[c->len] = '\0';
@@ -106,10 +111,33 @@ int control_flush(struct tree *t, struct handle *h)
 	return rc;
 }
 
-void control_release(struct handle *h)
+static void control_release(struct tree *t, struct handle *h)
 {
 	struct control *c = (struct control *)h;
 
+	(void)t;
 	pthread_mutex_destroy(&c->mu);
 	free(c);
 }
+
+/* Commands load and unload weights: never on the thread reading requests. */
+static bool never_quick(struct tree *t, struct handle *h)
+{
+	(void)t, (void)h;
+	return false;
+}
+
+static bool write_never_quick(struct tree *t, struct handle *h, size_t len)
+{
+	(void)len;
+	return never_quick(t, h);
+}
+
+static const struct handle_ops control_ops = {
+	.kind = "control",
+	.write = control_write,
+	.flush = control_flush,
+	.release = control_release,
+	.write_quick = write_never_quick,
+	.flush_quick = never_quick,
+};

@@ -6,14 +6,9 @@
 #ifndef ARTFS_CONTROL_H
 #define ARTFS_CONTROL_H
 
-#include "tree.h"
+#include "base.h"
 
 #define CONTROL_LINE_MAX 4096
 
-int control_open(struct tree *t, struct handle **h, struct tree_open_reply *r);
-int control_write(struct tree *t, struct handle *h, const void *buf, size_t len);
-/* close(): runs a last line written without its newline. */
-int control_flush(struct tree *t, struct handle *h);
-void control_release(struct handle *h);
-
+int control_open(struct tree *t, struct handle **h, struct open_reply *r);
 #endif

@@ -45,7 +45,7 @@ static void consider(void *ctx, struct version *v)
 {
 	struct candidates *c = ctx;
 
-	if (c->n == c->cap || v->open_files || v->uploads || v->weights)
+	if (c->n == c->cap || v->open_files || v->publishing || v->weights)
 		return;
 	if (c->now - atomic_load(&v->last_active) < (int64_t)c->ttl)
 		return;
@@ -64,7 +64,7 @@ uint64_t expiry_collect(struct tree *t)
 		pthread_mutex_unlock(&t->lock);
 		return 0;
 	}
-	struct candidates c = { .now = tree_now(), .ttl = ttl, .cap = t->idx.versions.count };
+	struct candidates c = { .now = clock_now(), .ttl = ttl, .cap = t->idx.versions.count };
 	c.v = calloc(c.cap ? c.cap : 1, sizeof(*c.v));
 	if (c.v)
 		index_each_version(&t->idx, consider, &c);

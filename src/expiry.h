@@ -6,7 +6,7 @@
 #ifndef ARTFS_EXPIRY_H
 #define ARTFS_EXPIRY_H
 
-#include "tree.h"
+#include "base.h"
 
 int expiry_start(struct tree *t);
 /* Stops the janitor and finishes deleting what it had queued; no kernel

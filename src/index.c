@@ -10,7 +10,6 @@
 
 #include "index.h"
 #include "key.h"
-#include "weights.h"
 
 /* Names come from clients, so the table hash is seeded per daemon. */
 static uint64_t mix(uint64_t h)
@@ -100,6 +99,13 @@ static void object_free(struct object *o)
 	node_unref(&v->node, 1);
 }
 
+static void (*weights_free_hook)(struct node *n);
+
+void index_set_weights_free(void (*fn)(struct node *n))
+{
+	weights_free_hook = fn;
+}
+
 void node_unref(struct node *n, uint64_t count)
 {
 	n = counted(n);
@@ -115,7 +121,8 @@ void node_unref(struct node *n, uint64_t count)
 		object_free((struct object *)n);
 		break;
 	case NODE_WEIGHTS:
-		weights_free((struct weights *)n);
+		if (weights_free_hook)
+			weights_free_hook(n);
 		break;
 	default:
 		break; /* static nodes are never freed */

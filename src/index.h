@@ -59,14 +59,14 @@ struct version {
 	struct object_table objects;
 	struct object_table pending; /* objects being published (not referenced) */
 	uint64_t bytes;           /* committed bytes in this version */
-	uint32_t uploads;         /* publishes in flight */
+	uint32_t publishing;      /* publishes in flight */
 	uint32_t open_files;      /* open handles of any kind under this version */
 	int64_t created;          /* CLOCK_REALTIME seconds */
 	_Atomic int64_t last_active; /* CLOCK_REALTIME seconds of the last publish or read */
 	char name[];
 };
 
-enum object_state { OBJECT_UPLOADING = 0, OBJECT_COMMITTED, OBJECT_REMOVED };
+enum object_state { OBJECT_PUBLISHING = 0, OBJECT_COMMITTED, OBJECT_REMOVED };
 
 /* file_size of an object indexed at start and not yet sized (scan.c). */
 #define OBJECT_SIZE_UNKNOWN UINT64_MAX
@@ -100,6 +100,10 @@ void index_init(struct index *idx);
  * (the kernel does not forget every inode before a session ends). Only at
  * shutdown, with no request in flight. */
 void index_destroy(struct index *idx);
+
+/* Frees what a NODE_WEIGHTS node owns when its last reference goes (set
+ * by the module that owns weights, so the index names no module). */
+void index_set_weights_free(void (*fn)(struct node *n));
 
 void node_ref(struct node *n);
 void node_unref(struct node *n, uint64_t count);

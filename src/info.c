@@ -6,12 +6,7 @@
 #include <string.h>
 
 #include "info.h"
-
-struct text_handle {
-	struct handle h;
-	char *text;
-	size_t len;
-};
+#include "text.h"
 
 static const char *const names[INFO_COUNT] = {
 	[INFO_METRICS] = "metrics",
@@ -48,7 +43,7 @@ static void sample_version(void *ctx, struct version *v)
 static char *render_metrics(struct tree *t)
 {
 	struct metrics_gauges g = { 0 };
-	struct version_sample s = { .g = &g, .now = tree_now() };
+	struct version_sample s = { .g = &g, .now = clock_now() };
 
 	pthread_mutex_lock(&t->lock);
 	s.cap = t->idx.versions.count;
@@ -59,36 +54,20 @@ static char *render_metrics(struct tree *t)
 	g.versions = t->idx.versions.count;
 	g.bytes_used = t->bytes_used;
 	g.bytes_reserved = t->bytes_reserved;
-	g.uploads = t->uploads;
+	g.publishing = t->publishing;
 	g.materialize_held = atomic_load(&t->materialize_held);
 	g.materialize_max = t->cfg->materialize_max;
 	g.sizing = t->sizing;
 	pthread_mutex_unlock(&t->lock);
 	g.capacity = t->cfg->capacity;
 	g.max_object = t->cfg->max_object;
-	g.started = t->started;
+	g.started = (uint64_t)t->started;
 	char *text = metrics_render(&t->metrics, &g);
 	free(g.per_version);
 	return text;
 }
 
-int text_handle_open(char *text, struct handle **h, struct tree_open_reply *r)
-{
-	struct text_handle *th = calloc(1, sizeof(*th));
-
-	if (!th) {
-		free(text);
-		return -ENOMEM;
-	}
-	handle_init(&th->h, HANDLE_TEXT);
-	th->text = text;
-	th->len = strlen(text);
-	r->noflush = true;
-	*h = &th->h;
-	return 0;
-}
-
-int info_open(struct tree *t, enum info_file f, struct handle **h, struct tree_open_reply *r)
+int info_open(struct tree *t, enum info_file f, struct handle **h, struct open_reply *r)
 {
 	char *text = f == INFO_METRICS ? render_metrics(t) : config_render(t->cfg);
 
@@ -96,27 +75,5 @@ int info_open(struct tree *t, enum info_file f, struct handle **h, struct tree_o
 		return -ENOMEM;
 	/* Generated on open, so its size is unknown to stat: read like /proc. */
 	r->direct_io = true;
-	return text_handle_open(text, h, r);
-}
-
-int info_read(struct handle *h, uint64_t off, size_t size, const void **data, size_t *len)
-{
-	struct text_handle *th = (struct text_handle *)h;
-
-	if (off >= th->len) {
-		*data = th->text;
-		*len = 0;
-		return 0;
-	}
-	*data = th->text + off;
-	*len = th->len - off < size ? th->len - (size_t)off : size;
-	return 0;
-}
-
-void info_release(struct handle *h)
-{
-	struct text_handle *th = (struct text_handle *)h;
-
-	free(th->text);
-	free(th);
+	return text_open(text, h, r);
 }

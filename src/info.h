@@ -4,13 +4,8 @@
 #ifndef ARTFS_INFO_H
 #define ARTFS_INFO_H
 
-#include "tree.h"
+#include "base.h"
 
 const char *info_file_name(enum info_file f);
-int info_open(struct tree *t, enum info_file f, struct handle **h, struct tree_open_reply *r);
-/* A handle serving text (malloc'd, taken over) from its first byte. */
-int text_handle_open(char *text, struct handle **h, struct tree_open_reply *r);
-int info_read(struct handle *h, uint64_t off, size_t size, const void **data, size_t *len);
-void info_release(struct handle *h);
-
+int info_open(struct tree *t, enum info_file f, struct handle **h, struct open_reply *r);
 #endif

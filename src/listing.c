@@ -67,7 +67,7 @@ static void add_version(void *ctx, struct version *v)
 {
 	struct listing *l = ctx;
 
-	add(l, v->name, tree_node_id(l->t, &v->node), DT_DIR);
+	add(l, v->name, node_id(l->t, &v->node), DT_DIR);
 }
 
 static void add_object(void *ctx, struct object *o)
@@ -76,8 +76,11 @@ static void add_object(void *ctx, struct object *o)
 	char name[ARTFS_HASH_HEX_MAX + 1];
 
 	object_name(o, name);
-	add(l, name, tree_node_id(l->t, &o->node), DT_REG);
+	add(l, name, node_id(l->t, &o->node), DT_REG);
 }
+
+static const struct handle_ops listing_ops;
+static void listing_release(struct tree *t, struct handle *h);
 
 int listing_open(struct tree *t, struct node *dir, struct handle **h)
 {
@@ -85,20 +88,20 @@ int listing_open(struct tree *t, struct node *dir, struct handle **h)
 
 	if (!l)
 		return -ENOMEM;
-	handle_init(&l->h, HANDLE_DIR);
+	handle_init(&l->h, &listing_ops);
 	l->t = t;
-	add(l, ".", tree_node_id(t, dir), DT_DIR);
+	add(l, ".", node_id(t, dir), DT_DIR);
 	add(l, "..", 1, DT_DIR);
 	switch (dir->type) {
 	case NODE_ROOT:
-		add(l, ARTFS_INFO_DIR, tree_node_id(t, &t->info_dir), DT_DIR);
+		add(l, ARTFS_INFO_DIR, node_id(t, &t->info_dir), DT_DIR);
 		pthread_mutex_lock(&t->lock);
 		index_each_version(&t->idx, add_version, l);
 		pthread_mutex_unlock(&t->lock);
 		break;
 	case NODE_INFO_DIR:
 		for (int i = 0; i < INFO_COUNT; i++)
-			add(l, info_file_name((enum info_file)i), tree_node_id(t, &t->info_files[i]), DT_REG);
+			add(l, info_file_name((enum info_file)i), node_id(t, &t->info_files[i]), DT_REG);
 		break;
 	case NODE_VERSION: {
 		struct version *v = (struct version *)dir;
@@ -107,7 +110,7 @@ int listing_open(struct tree *t, struct node *dir, struct handle **h)
 			index_each_object(v, add_object, l);
 		if (v->weights) {
 			struct node *wd = weights_dir_node(v->weights);
-			add(l, "weights", tree_node_id(t, wd), DT_DIR);
+			add(l, "weights", node_id(t, wd), DT_DIR);
 		}
 		pthread_mutex_unlock(&t->lock);
 		break;
@@ -121,17 +124,18 @@ int listing_open(struct tree *t, struct node *dir, struct handle **h)
 	}
 	if (l->error) {
 		int rc = l->error;
-		listing_release(&l->h);
+		listing_release(t, &l->h);
 		return rc;
 	}
 	*h = &l->h;
 	return 0;
 }
 
-int listing_entry(struct handle *h, size_t i, struct tree_dirent *de)
+static int listing_entry(struct tree *t, struct handle *h, size_t i, struct dir_entry *de)
 {
 	struct listing *l = (struct listing *)h;
 
+	(void)t;
 	if (i >= l->count)
 		return -ENOENT;
 	de->name = l->names + l->slots[i].name_off;
@@ -140,11 +144,18 @@ int listing_entry(struct handle *h, size_t i, struct tree_dirent *de)
 	return 0;
 }
 
-void listing_release(struct handle *h)
+static void listing_release(struct tree *t, struct handle *h)
 {
 	struct listing *l = (struct listing *)h;
 
+	(void)t;
 	free(l->slots);
 	free(l->names);
 	free(l);
 }
+
+static const struct handle_ops listing_ops = {
+	.kind = "listing",
+	.readdir = listing_entry,
+	.release = listing_release,
+};

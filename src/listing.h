@@ -3,10 +3,7 @@
 #ifndef ARTFS_LISTING_H
 #define ARTFS_LISTING_H
 
-#include "tree.h"
+#include "base.h"
 
 int listing_open(struct tree *t, struct node *dir, struct handle **h);
-int listing_entry(struct handle *h, size_t i, struct tree_dirent *de);
-void listing_release(struct handle *h);
-
 #endif

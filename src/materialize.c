@@ -499,31 +499,35 @@ out:
 
 /* ---- the handle ------------------------------------------------------------- */
 
+static const struct handle_ops materialize_ops;
+
 int materialize_open(struct tree *t, struct version *v, struct handle **h,
-		     struct tree_open_reply *r)
+		     struct open_reply *r)
 {
 	struct mat *m = calloc(1, sizeof(*m));
 
 	if (!m)
 		return -ENOMEM;
-	handle_init(&m->h, HANDLE_MATERIALIZE);
+	handle_init(&m->h, &materialize_ops);
 	pthread_mutex_init(&m->mu, NULL);
 	m->ver = v;
 	node_ref(&v->node);
 	pthread_mutex_lock(&t->lock);
 	v->open_files++;
 	pthread_mutex_unlock(&t->lock);
-	tree_touch(v);
+	version_touch(v);
 	r->direct_io = true; /* every open sees its own bytes */
 	*h = &m->h;
 	return 0;
 }
 
-int materialize_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len)
+static int materialize_write(struct tree *t, struct handle *h, uint64_t off, const void *buf,
+			     size_t len, uint64_t owner)
 {
 	struct mat *m = (struct mat *)h;
 	int rc = (int)len;
 
+	(void)owner;
 	pthread_mutex_lock(&m->mu);
 	if (m->done)
 		rc = -EINVAL; /* one transaction per open: reopen for another */
@@ -562,7 +566,7 @@ int materialize_write(struct tree *t, struct handle *h, uint64_t off, const void
 	return rc;
 }
 
-int materialize_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
+static int materialize_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
 		     const void **data, size_t *len)
 {
 	struct mat *m = (struct mat *)h;
@@ -571,7 +575,7 @@ int materialize_read(struct tree *t, struct handle *h, uint64_t off, size_t size
 	if (!m->done) {
 		m->error = run(t, m);
 		m->done = true;
-		tree_touch(m->ver);
+		version_touch(m->ver);
 	}
 	pthread_mutex_unlock(&m->mu);
 	if (m->error)
@@ -581,7 +585,7 @@ int materialize_read(struct tree *t, struct handle *h, uint64_t off, size_t size
 	return 0;
 }
 
-bool materialize_busy(struct handle *h)
+static bool materialize_busy(struct handle *h)
 {
 	struct mat *m = (struct mat *)h;
 
@@ -591,14 +595,14 @@ bool materialize_busy(struct handle *h)
 	return false;
 }
 
-void materialize_release(struct tree *t, struct handle *h)
+static void materialize_release(struct tree *t, struct handle *h)
 {
 	struct mat *m = (struct mat *)h;
 
 	pthread_mutex_lock(&t->lock);
 	m->ver->open_files--;
 	pthread_mutex_unlock(&t->lock);
-	tree_touch(m->ver); /* idle time counts from the last close */
+	version_touch(m->ver); /* idle time counts from the last close */
 	node_unref(&m->ver->node, 1);
 	pthread_mutex_destroy(&m->mu);
 	result_free(t, m);
@@ -606,3 +610,25 @@ void materialize_release(struct tree *t, struct handle *h)
 	free(m->text);
 	free(m);
 }
+
+/* Running a request reads every object: always on a worker. */
+static bool materialize_read_quick(struct tree *t, struct handle *h)
+{
+	(void)t, (void)h;
+	return false;
+}
+
+static bool materialize_write_quick(struct tree *t, struct handle *h, size_t len)
+{
+	(void)t, (void)len;
+	return !materialize_busy(h);
+}
+
+static const struct handle_ops materialize_ops = {
+	.kind = "materialize",
+	.read = materialize_read,
+	.write = materialize_write,
+	.release = materialize_release,
+	.read_quick = materialize_read_quick,
+	.write_quick = materialize_write_quick,
+};

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 
 #include "envelope.h"
-#include "tree.h"
+#include "base.h"
 
 #define MATERIALIZE_REQUEST_MAX (8u << 20)  /* bytes of request text */
 #define MATERIALIZE_BLOCKS_MAX (1u << 20)   /* hashes in one request */
@@ -43,12 +43,5 @@ int materialize_check(const struct materialize_request *req, const struct envelo
 		      uint64_t *token_end, char *err, size_t errlen);
 
 int materialize_open(struct tree *t, struct version *v, struct handle **h,
-		     struct tree_open_reply *r);
-int materialize_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len);
-int materialize_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
-		     const void **data, size_t *len);
-void materialize_release(struct tree *t, struct handle *h);
-/* True while a worker runs the request (its writes would wait). */
-bool materialize_busy(struct handle *h);
-
+		     struct open_reply *r);
 #endif

@@ -5,6 +5,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "artfs/artfs.h"
@@ -48,14 +49,46 @@ struct metrics_gauges {
 	uint64_t bytes_reserved;
 	uint64_t capacity;
 	uint64_t max_object;
-	uint64_t uploads;
+	uint64_t publishing;
 	uint64_t materialize_held;  /* bytes held by open .materialize files */
 	uint64_t materialize_max;
-	int64_t started;
-	bool sizing;         /* the store's bytes are still being counted after a start */
+	uint64_t started;           /* Unix seconds */
+	uint64_t sizing;            /* 1: the store's bytes are still being counted after a start */
 	struct metrics_version *per_version;
 	size_t nper_version;
 };
+
+/* Every plain metric, in the order they are exposed: the renderer and
+ * artfsctl both read names from here. */
+enum metric_id {
+	METRIC_OBJECTS, METRIC_VERSIONS, METRIC_BYTES_USED, METRIC_BYTES_RESERVED,
+	METRIC_CAPACITY, METRIC_MAX_OBJECT, METRIC_PUBLISHING, METRIC_MATERIALIZE_HELD,
+	METRIC_MATERIALIZE_MAX, METRIC_START_TIME, METRIC_STORE_SIZING,
+	METRIC_PUBLISHES, METRIC_REPUBLISH_IDENTICAL, METRIC_COLLISIONS, METRIC_PUBLISH_ERRORS,
+	METRIC_READS, METRIC_VERIFICATIONS, METRIC_CHECKSUM_FAILURES, METRIC_UNLINKS,
+	METRIC_VERSIONS_CREATED, METRIC_VERSIONS_REMOVED, METRIC_VERSIONS_COLLECTED,
+	METRIC_OBJECTS_COLLECTED, METRIC_BYTES_COLLECTED, METRIC_MATERIALIZE_REFUSED,
+	METRIC_COUNT
+};
+
+struct metric_def {
+	const char *name;
+	const char *help;
+	bool gauge;       /* a field of struct metrics_gauges, else a counter of struct metrics */
+	size_t offset;
+};
+
+extern const struct metric_def metric_defs[METRIC_COUNT];
+
+/* The per-version gauges, labelled {version="<wv>"}. */
+enum metric_version_id {
+	METRIC_VERSION_OBJECTS, METRIC_VERSION_BYTES, METRIC_VERSION_IDLE, METRIC_VERSION_OPEN,
+	METRIC_VERSION_COUNT
+};
+extern const struct metric_def metric_version_defs[METRIC_VERSION_COUNT];
+
+/* Rejected publishes, labelled {reason="..."}. */
+#define METRIC_REJECTED "artfs_rejected_total"
 
 static inline void counter_inc(counter_t *c)
 {

@@ -222,7 +222,9 @@ int object_load_verified(struct tree *t, struct version *ver, int fd, const char
 	return 0;
 }
 
-int object_open(struct tree *t, struct object *o, struct handle **h, struct tree_open_reply *r)
+static const struct handle_ops reader_ops;
+
+int object_open(struct tree *t, struct object *o, struct handle **h, struct open_reply *r)
 {
 	char name[ARTFS_HASH_HEX_MAX + 1];
 	struct stat st;
@@ -240,7 +242,7 @@ int object_open(struct tree *t, struct object *o, struct handle **h, struct tree
 		close(fd);
 		return -ENOMEM;
 	}
-	handle_init(&rd->h, HANDLE_OBJECT);
+	handle_init(&rd->h, &reader_ops);
 	pthread_mutex_init(&rd->mu, NULL);
 	rd->obj = o;
 	rd->fd = fd;
@@ -256,7 +258,7 @@ int object_open(struct tree *t, struct object *o, struct handle **h, struct tree
 	o->ver->open_files++;
 	pthread_mutex_unlock(&t->lock);
 	counter_inc(&t->metrics.reads);
-	tree_touch(o->ver);
+	version_touch(o->ver);
 	*h = &rd->h;
 	return 0;
 }
@@ -287,7 +289,7 @@ static void reader_load(struct tree *t, struct object_reader *rd)
 	atomic_store(&o->verified, 1);
 }
 
-int object_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
+static int object_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
 		const void **data, size_t *len)
 {
 	struct object_reader *rd = (struct object_reader *)h;
@@ -308,27 +310,36 @@ int object_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
 	return 0;
 }
 
-bool object_read_quick(struct handle *h, size_t limit)
+/* A read that must first load and verify a large object goes to a worker. */
+static bool object_read_quick(struct tree *t, struct handle *h)
 {
 	struct object_reader *rd = (struct object_reader *)h;
 
-	return rd->loaded || atomic_load(&rd->obj->file_size) <= limit;
+	(void)t;
+	return rd->loaded || atomic_load(&rd->obj->file_size) <= HANDLE_QUICK_BYTES;
 }
 
-void object_release(struct tree *t, struct handle *h)
+static void object_release(struct tree *t, struct handle *h)
 {
 	struct object_reader *rd = (struct object_reader *)h;
 
 	pthread_mutex_lock(&t->lock);
 	rd->obj->ver->open_files--;
 	pthread_mutex_unlock(&t->lock);
-	tree_touch(rd->obj->ver); /* idle time counts from the last close */
+	version_touch(rd->obj->ver); /* idle time counts from the last close */
 	close(rd->fd);
 	free(rd->buf);
 	node_unref(&rd->obj->node, 1);
 	pthread_mutex_destroy(&rd->mu);
 	free(rd);
 }
+
+static const struct handle_ops reader_ops = {
+	.kind = "object",
+	.read = object_read,
+	.release = object_release,
+	.read_quick = object_read_quick,
+};
 
 static const char *const xattr_names[] = {
 	ARTFS_XATTR_KEY, ARTFS_XATTR_KIND, ARTFS_XATTR_DTYPE,

@@ -5,7 +5,7 @@
 #define ARTFS_OBJECT_H
 
 #include "envelope.h"
-#include "tree.h"
+#include "base.h"
 
 /* Reads and checks the stored header of <ver>/<hash> (no payload check):
  * well-formed, the key of its path, the file's size. -ENOENT if absent,
@@ -24,12 +24,9 @@ int object_verify(struct tree *t, struct version *ver, const uint8_t *hash, size
 /* Makes o->npy_size known (read from the store after a restart). */
 int object_know_size(struct tree *t, struct object *o);
 
-int object_open(struct tree *t, struct object *o, struct handle **h, struct tree_open_reply *r);
-int object_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
-		const void **data, size_t *len);
-void object_release(struct tree *t, struct handle *h);
-/* True when a read needs no verification of more than limit bytes. */
-bool object_read_quick(struct handle *h, size_t limit);
+/* Opens a committed object for reading: reads serve its .npy, verified
+ * against payload_sha256 before the first byte. */
+int object_open(struct tree *t, struct object *o, struct handle **h, struct open_reply *r);
 
 int object_getxattr(struct tree *t, struct object *o, const char *name, char *buf, size_t cap,
 		    size_t *len);

@@ -16,7 +16,7 @@
 #include "publish.h"
 #include "sha256.h"
 
-struct upload {
+struct publish {
 	struct handle h;
 	pthread_mutex_t mu;
 	struct object *obj;          /* referenced: the node the writer holds */
@@ -43,7 +43,7 @@ struct upload {
 	uint8_t head[ENVELOPE_HEADER_BYTES_MAX];
 };
 
-static void unreserve(struct tree *t, struct upload *u)
+static void unreserve(struct tree *t, struct publish *u)
 {
 	if (!u->reserved)
 		return;
@@ -60,7 +60,7 @@ static int resource_errno(int rc)
 	return rc == -EMFILE || rc == -ENFILE ? -ENFILE : rc == -ENOMEM ? -ENOMEM : 0;
 }
 
-static void drop_data(struct tree *t, struct upload *u)
+static void drop_data(struct tree *t, struct publish *u)
 {
 	store_tmp_close(u->ver->dirfd, &u->tmp);
 	sha256_abandon(&u->sha);
@@ -68,7 +68,7 @@ static void drop_data(struct tree *t, struct upload *u)
 }
 
 /* A refused envelope: counted, logged once with the object's name, sticky. */
-static int reject(struct tree *t, struct upload *u, enum envelope_error why, const char *detail)
+static int reject(struct tree *t, struct publish *u, enum envelope_error why, const char *detail)
 {
 	counter_inc(&t->metrics.rejected[why]);
 	log_warn("publish %s/%s: rejected (%s): %s", u->ver->name, u->name,
@@ -78,7 +78,7 @@ static int reject(struct tree *t, struct upload *u, enum envelope_error why, con
 	return u->error;
 }
 
-static int fail(struct tree *t, struct upload *u, int err, const char *what)
+static int fail(struct tree *t, struct publish *u, int err, const char *what)
 {
 	if (err == -EFBIG)
 		counter_inc(&t->metrics.rejected_too_large);
@@ -94,7 +94,7 @@ static int fail(struct tree *t, struct upload *u, int err, const char *what)
 
 /* The key already holds an object: identical content is 0, different
  * content -EEXIST (logged with both checksums). */
-static int compare_existing(struct tree *t, struct upload *u)
+static int compare_existing(struct tree *t, struct publish *u)
 {
 	struct envelope old;
 	int rc = object_read_meta(t, u->ver, u->obj->hash, u->obj->hash_len, &old);
@@ -127,9 +127,11 @@ static int count_existing(struct tree *t, int rc)
 	return rc;
 }
 
+static const struct handle_ops publish_ops;
+
 int publish_begin(struct tree *t, struct object *obj, struct handle **h)
 {
-	struct upload *u = calloc(1, sizeof(*u));
+	struct publish *u = calloc(1, sizeof(*u));
 
 	if (!u)
 		return -ENOMEM;
@@ -148,15 +150,14 @@ int publish_begin(struct tree *t, struct object *obj, struct handle **h)
 	/* While a name is being published its absence is not cacheable. */
 	if (index_pending_add(&t->idx, u->ver, obj) == 0)
 		u->pending = true;
-	u->ver->uploads++;
+	u->ver->publishing++;
 	u->ver->open_files++;
-	t->uploads++;
+	t->publishing++;
 	pthread_mutex_unlock(&t->lock);
-	/* Registered last: a handle in the list of open handles is whole. */
-	pthread_mutex_init(&u->mu, NULL);
+		pthread_mutex_init(&u->mu, NULL);
 	node_ref(&obj->node);
-	tree_touch(u->ver);
-	handle_init(&u->h, HANDLE_UPLOAD);
+	version_touch(u->ver);
+	handle_init(&u->h, &publish_ops);
 	*h = &u->h;
 	return 0;
 }
@@ -165,9 +166,9 @@ int publish_begin(struct tree *t, struct object *obj, struct handle **h)
  * otherwise only asked). Bytes are reserved as they arrive, so a writer
  * that stalls after its header holds only what it sent. A full store
  * first collects the versions that have expired. */
-static int make_room(struct tree *t, struct upload *u, uint64_t n, bool reserve)
+static int make_room(struct tree *t, struct publish *u, uint64_t n, bool reserve)
 {
-	tree_wait_sized(t); /* capacity needs every stored byte counted */
+	sizing_wait(t); /* capacity needs every stored byte counted */
 	for (int attempt = 0;; attempt++) {
 		pthread_mutex_lock(&t->lock);
 		bool fits = t->bytes_used + t->bytes_reserved + n <= t->cfg->capacity;
@@ -183,7 +184,7 @@ static int make_room(struct tree *t, struct upload *u, uint64_t n, bool reserve)
 	}
 }
 
-static bool key_committed(struct tree *t, struct upload *u)
+static bool key_committed(struct tree *t, struct publish *u)
 {
 	pthread_mutex_lock(&t->lock);
 	bool found = index_object_find(&t->idx, u->ver, u->obj->hash, u->obj->hash_len) != NULL;
@@ -191,7 +192,7 @@ static bool key_committed(struct tree *t, struct upload *u)
 	return found;
 }
 
-static int no_space(struct tree *t, struct upload *u)
+static int no_space(struct tree *t, struct publish *u)
 {
 	char what[160];
 
@@ -201,7 +202,7 @@ static int no_space(struct tree *t, struct upload *u)
 }
 
 /* The whole header is in u->head: check it, size the object, open its file. */
-static int accept_header(struct tree *t, struct upload *u)
+static int accept_header(struct tree *t, struct publish *u)
 {
 	char detail[256];
 	uint32_t hlen = u->env.header_len;
@@ -248,7 +249,7 @@ static int accept_header(struct tree *t, struct upload *u)
 
 /* Writes head (when the header just completed) and payload bytes at their
  * envelope offset in one system call. */
-static int store_bytes(struct tree *t, struct upload *u, const uint8_t *head, size_t head_len,
+static int store_bytes(struct tree *t, struct publish *u, const uint8_t *head, size_t head_len,
 		       const uint8_t *payload, size_t payload_len, uint64_t off)
 {
 	struct iovec iov[2] = { { (void *)head, head_len }, { (void *)payload, payload_len } };
@@ -281,7 +282,7 @@ static int store_bytes(struct tree *t, struct upload *u, const uint8_t *head, si
 	return 0;
 }
 
-static int consume(struct tree *t, struct upload *u, uint64_t off, const uint8_t *p, size_t n)
+static int consume(struct tree *t, struct publish *u, uint64_t off, const uint8_t *p, size_t n)
 {
 	size_t head_len = 0;
 	const uint8_t *head = NULL;
@@ -340,10 +341,10 @@ static int consume(struct tree *t, struct upload *u, uint64_t off, const uint8_t
 	return 0;
 }
 
-int publish_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
+static int publish_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
 		  uint64_t owner)
 {
-	struct upload *u = (struct upload *)h;
+	struct publish *u = (struct publish *)h;
 	int rc;
 
 	pthread_mutex_lock(&u->mu);
@@ -359,14 +360,14 @@ int publish_write(struct tree *t, struct handle *h, uint64_t off, const void *bu
 		rc = reject(t, u, ENVELOPE_OUT_OF_ORDER, d);
 	} else
 		rc = consume(t, u, off, buf, len);
-	if (u->obj->state == OBJECT_UPLOADING) /* what fstat of the writer shows */
+	if (u->obj->state == OBJECT_PUBLISHING) /* what fstat of the writer shows */
 		atomic_store(&u->obj->file_size, u->received);
 	pthread_mutex_unlock(&u->mu);
 	return rc < 0 ? rc : (int)len;
 }
 
 /* Links the verified file into place and indexes it. */
-static int commit(struct tree *t, struct upload *u)
+static int commit(struct tree *t, struct publish *u)
 {
 	struct stat st;
 	uint64_t npy_size;
@@ -412,7 +413,7 @@ static int commit(struct tree *t, struct upload *u)
 	}
 	pthread_mutex_unlock(&t->lock);
 	if (rc == 0 && forget)
-		expiry_forget(t, tree_node_id(t, &u->ver->node), u->name);
+		expiry_forget(t, node_id(t, &u->ver->node), u->name);
 	node_unref(&o->node, 1);
 	if (rc < 0) {
 		store_object_remove(u->ver->dirfd, u->name);
@@ -422,9 +423,9 @@ static int commit(struct tree *t, struct upload *u)
 	return 0;
 }
 
-int publish_finish(struct tree *t, struct handle *h)
+static int publish_finish(struct tree *t, struct handle *h)
 {
-	struct upload *u = (struct upload *)h;
+	struct publish *u = (struct publish *)h;
 	uint8_t digest[32];
 	int rc;
 
@@ -449,14 +450,14 @@ int publish_finish(struct tree *t, struct handle *h)
 			drop_data(t, u);
 		}
 	}
-	tree_touch(u->ver);
+	version_touch(u->ver);
 	pthread_mutex_unlock(&u->mu);
 	return rc;
 }
 
-bool publish_busy(struct handle *h)
+static bool publish_busy(struct handle *h)
 {
-	struct upload *u = (struct upload *)h;
+	struct publish *u = (struct publish *)h;
 
 	if (pthread_mutex_trylock(&u->mu) != 0)
 		return true;
@@ -466,7 +467,7 @@ bool publish_busy(struct handle *h)
 
 void publish_discard(struct handle *h)
 {
-	struct upload *u = (struct upload *)h;
+	struct publish *u = (struct publish *)h;
 
 	pthread_mutex_lock(&u->mu);
 	if (!u->finished && !u->error)
@@ -474,9 +475,9 @@ void publish_discard(struct handle *h)
 	pthread_mutex_unlock(&u->mu);
 }
 
-int publish_close(struct tree *t, struct handle *h, uint64_t owner)
+static int publish_close(struct tree *t, struct handle *h, uint64_t owner)
 {
-	struct upload *u = (struct upload *)h;
+	struct publish *u = (struct publish *)h;
 
 	pthread_mutex_lock(&u->mu);
 	bool foreign = !u->finished && !u->error && owner && u->owner && owner != u->owner;
@@ -484,9 +485,9 @@ int publish_close(struct tree *t, struct handle *h, uint64_t owner)
 	return foreign ? 0 : publish_finish(t, h);
 }
 
-void publish_release(struct tree *t, struct handle *h)
+static void publish_release(struct tree *t, struct handle *h)
 {
-	struct upload *u = (struct upload *)h;
+	struct publish *u = (struct publish *)h;
 
 	if (!u->finished && !u->error) {
 		char d[128];
@@ -502,13 +503,36 @@ void publish_release(struct tree *t, struct handle *h)
 	pthread_mutex_lock(&t->lock);
 	if (u->pending)
 		index_pending_remove(&t->idx, u->ver, u->obj);
-	u->ver->uploads--;
+	u->ver->publishing--;
 	u->ver->open_files--;
-	t->uploads--;
+	t->publishing--;
 	pthread_mutex_unlock(&t->lock);
-	tree_touch(u->ver);
+	version_touch(u->ver);
 	node_unref(&u->obj->node, 1);
 	pthread_mutex_destroy(&u->mu);
 	free(u);
 }
 
+
+/* A publish may wait for the start-up count of the store's bytes, and a
+ * commit for a write in progress. */
+static bool publish_write_quick(struct tree *t, struct handle *h, size_t len)
+{
+	(void)h;
+	return len <= HANDLE_QUICK_BYTES && !t->sizing;
+}
+
+static bool publish_flush_quick(struct tree *t, struct handle *h)
+{
+	return !t->sizing && !publish_busy(h);
+}
+
+static const struct handle_ops publish_ops = {
+	.kind = "publish",
+	.write = publish_write,
+	.flush = publish_close,
+	.fsync = publish_finish,
+	.release = publish_release,
+	.write_quick = publish_write_quick,
+	.flush_quick = publish_flush_quick,
+};

@@ -5,7 +5,7 @@
 #ifndef ARTFS_SCAN_H
 #define ARTFS_SCAN_H
 
-#include "tree.h"
+#include "base.h"
 
 /* Indexes every object by name (readdir only: start stays fast); their
  * sizes are unknown until scan_size_start's threads have counted them. */

@@ -27,36 +27,11 @@
  * size on write; a lookup after commit brings the committed attributes. */
 #define UPLOAD_ATTR_TIMEOUT 1.0
 
-int64_t tree_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ts.tv_sec;
-}
-
-void tree_touch(struct version *v)
-{
-	atomic_store_explicit(&v->last_active, tree_now(), memory_order_relaxed);
-}
-
-uint64_t tree_node_id(struct tree *t, struct node *n)
-{
-	return n == &t->root ? 1 : (uint64_t)(uintptr_t)n;
-}
-
-struct node *tree_node_from_id(struct tree *t, uint64_t id)
-{
-	return id == 1 ? &t->root : (struct node *)(uintptr_t)id;
-}
-
-static void release_open_handles(struct tree *t);
-
 int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen)
 {
 	memset(t, 0, sizeof(*t));
 	t->cfg = cfg;
-	t->started = tree_now();
+	t->started = clock_now();
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_mutex_init(&t->weights_mu, NULL);
 	pthread_cond_init(&t->weights_cv, NULL);
@@ -83,7 +58,7 @@ fail:
 void tree_close(struct tree *t)
 {
 	scan_size_stop(t);
-	release_open_handles(t);
+	handles_release_all(t);
 	weights_shutdown(t);
 	index_destroy(&t->idx);
 	if (t->store.path)
@@ -94,20 +69,12 @@ void tree_close(struct tree *t)
 	pthread_cond_destroy(&t->sized_cv);
 }
 
-void tree_wait_sized(struct tree *t)
-{
-	pthread_mutex_lock(&t->lock);
-	while (t->sizing)
-		pthread_cond_wait(&t->sized_cv, &t->lock);
-	pthread_mutex_unlock(&t->lock);
-}
-
 /* ---- attributes --------------------------------------------------------- */
 
 static void stat_common(struct tree *t, struct node *n, struct stat *st, mode_t mode)
 {
 	memset(st, 0, sizeof(*st));
-	st->st_ino = tree_node_id(t, n);
+	st->st_ino = node_id(t, n);
 	st->st_mode = (mode & S_IFMT) | (mode & 07777 & ~t->cfg->umask);
 	st->st_nlink = S_ISDIR(mode) ? 2 : 1;
 	st->st_uid = t->cfg->uid;
@@ -118,7 +85,7 @@ static void stat_common(struct tree *t, struct node *n, struct stat *st, mode_t 
 
 void tree_object_stat(struct tree *t, struct object *o, struct stat *st)
 {
-	bool committed = o->state != OBJECT_UPLOADING;
+	bool committed = o->state != OBJECT_PUBLISHING;
 	uint64_t size = committed ? atomic_load(&o->npy_size) : atomic_load(&o->file_size);
 	uint64_t ns = atomic_load(&o->ctime_ns);
 
@@ -129,7 +96,7 @@ void tree_object_stat(struct tree *t, struct object *o, struct stat *st)
 		st->st_mtim.tv_sec = st->st_ctim.tv_sec = st->st_atim.tv_sec = (time_t)(ns / 1000000000u);
 		st->st_mtim.tv_nsec = st->st_ctim.tv_nsec = st->st_atim.tv_nsec = (long)(ns % 1000000000u);
 	} else {
-		st->st_mtim.tv_sec = st->st_ctim.tv_sec = st->st_atim.tv_sec = tree_now();
+		st->st_mtim.tv_sec = st->st_ctim.tv_sec = st->st_atim.tv_sec = clock_now();
 	}
 }
 
@@ -147,7 +114,7 @@ static void version_stat(struct tree *t, struct version *v, struct stat *st)
 
 int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeout)
 {
-	*timeout = TREE_FOREVER;
+	*timeout = CACHE_FOREVER;
 	switch (n->type) {
 	case NODE_ROOT:
 		stat_common(t, n, st, S_IFDIR | 0777);
@@ -188,7 +155,7 @@ int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeou
 				return rc;
 		}
 		tree_object_stat(t, o, st);
-		if (o->state == OBJECT_UPLOADING)
+		if (o->state == OBJECT_PUBLISHING)
 			*timeout = UPLOAD_ATTR_TIMEOUT;
 		return 0;
 	}
@@ -213,11 +180,11 @@ int tree_setattr(struct tree *t, struct node *n, unsigned to_set, const struct s
 		/* Objects are immutable. open(O_TRUNC) of a committed object (a
 		 * re-publish) arrives here as a truncation to 0: accepted and
 		 * ignored, so readers never see it shrink. */
-		uint64_t now = o->state == OBJECT_UPLOADING ? atomic_load(&o->file_size) : 0;
+		uint64_t now = o->state == OBJECT_PUBLISHING ? atomic_load(&o->file_size) : 0;
 		if ((uint64_t)in->st_size != now)
 			return -EPERM;
 	}
-	if ((to_set & (TREE_SET_ATIME | TREE_SET_MTIME)) && o->state != OBJECT_UPLOADING)
+	if ((to_set & (TREE_SET_ATIME | TREE_SET_MTIME)) && o->state != OBJECT_PUBLISHING)
 		return -EPERM;
 	return tree_getattr(t, n, out, timeout);
 }
@@ -242,9 +209,9 @@ static int positive(struct tree *t, struct node *n, struct tree_entry *e)
 	}
 	e->node = n;
 	e->attr_timeout = timeout;
-	e->entry_timeout = n->type == NODE_OBJECT && ((struct object *)n)->state == OBJECT_UPLOADING
+	e->entry_timeout = n->type == NODE_OBJECT && ((struct object *)n)->state == OBJECT_PUBLISHING
 				   ? 0
-				   : TREE_FOREVER;
+				   : CACHE_FOREVER;
 	return 0;
 }
 
@@ -284,7 +251,7 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 			return positive(t, &t->info_dir, e);
 		}
 		if (!key_version_name_valid(name))
-			return negative(e, TREE_FOREVER); /* can never exist */
+			return negative(e, CACHE_FOREVER); /* can never exist */
 		struct version *v = find_version(t, name);
 		return v ? positive(t, &v->node, e) : negative(e, 0);
 	}
@@ -294,7 +261,7 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 				node_ref(&t->info_files[i]);
 				return positive(t, &t->info_files[i], e);
 			}
-		return negative(e, TREE_FOREVER);
+		return negative(e, CACHE_FOREVER);
 	case NODE_VERSION: {
 		struct version *v = (struct version *)parent;
 		if (v->removed)
@@ -314,7 +281,7 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 			return wd ? positive(t, wd, e) : negative(e, 0);
 		}
 		if (key_hash_decode(name, hash, &len) < 0)
-			return negative(e, TREE_FOREVER);
+			return negative(e, CACHE_FOREVER);
 		/* An absent object may be cached as absent: a publish through the
 		 * mount turns that very dentry positive with its create. Not while
 		 * the name is being published, though: a lookup then must not leave
@@ -323,7 +290,7 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 		struct object *o = find_object(t, v, hash, len, &pending);
 		if (o)
 			return positive(t, &o->node, e);
-		return negative(e, pending ? 0 : TREE_FOREVER);
+		return negative(e, pending ? 0 : CACHE_FOREVER);
 	}
 	case NODE_WEIGHTS_DIR: {
 		struct node *n;
@@ -347,44 +314,15 @@ void tree_forget(struct tree *t, struct node *n, uint64_t nlookup)
 
 int tree_mkdir(struct tree *t, struct node *parent, const char *name, struct tree_entry *e)
 {
+	struct version *v;
+
 	if (parent->type != NODE_ROOT)
 		return -EPERM;
-	if (!key_version_name_valid(name)) {
-		log_warn("mkdir %.200s: not a weight version name "
-			 "([A-Za-z0-9][A-Za-z0-9._-]{0,127})", name);
-		return -EINVAL;
-	}
-	struct version *v = find_version(t, name);
-	if (v) {
+	int rc = version_make(t, name, &v);
+	if (rc == -EEXIST)
 		node_unref(&v->node, 1);
-		return -EEXIST;
-	}
-	int rc = store_version_make(&t->store, name);
-	if (rc < 0 && rc != -EEXIST) {
-		log_err("mkdir %s: cannot create it in the store: %s", name, strerror(-rc));
-		return rc == -ENOSPC ? rc : -EIO;
-	}
-	int fd = store_version_open(&t->store, name);
-	if (fd < 0) {
-		log_err("mkdir %s: cannot open it in the store: %s", name, strerror(-fd));
-		return -EIO;
-	}
-	v = version_new(name, fd, tree_now());
-	if (!v) {
-		close(fd);
-		return -ENOMEM;
-	}
-	pthread_mutex_lock(&t->lock);
-	if (index_version_find(&t->idx, name))
-		rc = -EEXIST;
-	else
-		rc = index_version_insert(&t->idx, v);
-	pthread_mutex_unlock(&t->lock);
-	if (rc < 0) {
-		node_unref(&v->node, 1);
+	if (rc < 0)
 		return rc;
-	}
-	counter_inc(&t->metrics.versions_created);
 	return positive(t, &v->node, e); /* our creation reference becomes the kernel's */
 }
 
@@ -400,7 +338,7 @@ int tree_rmdir(struct tree *t, struct node *parent, const char *name)
 	struct version *v = index_version_find(&t->idx, name);
 	if (!v)
 		rc = -ENOENT;
-	else if (v->objects.count || v->uploads)
+	else if (v->objects.count || v->publishing)
 		rc = -ENOTEMPTY;
 	else if (v->weights)
 		rc = -EBUSY; /* unload its weights first */
@@ -488,7 +426,7 @@ int tree_statfs(struct tree *t, struct statvfs *sv)
 /* ---- files -------------------------------------------------------------- */
 
 int tree_create(struct tree *t, struct node *parent, const char *name, int flags,
-		struct tree_entry *e, struct handle **h, struct tree_open_reply *r)
+		struct tree_entry *e, struct handle **h, struct open_reply *r)
 {
 	uint8_t hash[ARTFS_HASH_BYTES_MAX];
 	size_t len;
@@ -521,13 +459,17 @@ int tree_create(struct tree *t, struct node *parent, const char *name, int flags
 	}
 	r->direct_io = true; /* the bytes written are not the bytes read */
 	rc = positive(t, &o->node, e);
-	if (rc < 0)
+	if (rc < 0) {
 		publish_discard(*h);
-	return rc;
+		handle_put(t, *h);
+		return rc;
+	}
+	handle_register(*h);
+	return 0;
 }
 
-int tree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,
-		   struct tree_open_reply *r)
+static int open_node(struct tree *t, struct node *n, int flags, struct handle **h,
+		     struct open_reply *r)
 {
 	bool writing = (flags & O_ACCMODE) != O_RDONLY;
 
@@ -576,96 +518,24 @@ int tree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,
 	}
 }
 
-static struct handle open_handles = { .prev = &open_handles, .next = &open_handles };
-static pthread_mutex_t open_handles_lock = PTHREAD_MUTEX_INITIALIZER;
-
-void handle_init(struct handle *h, enum handle_type type)
+int tree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,
+		   struct open_reply *r)
 {
-	h->type = type;
-	atomic_init(&h->users, 1);
-	pthread_mutex_lock(&open_handles_lock);
-	h->next = &open_handles;
-	h->prev = open_handles.prev;
-	open_handles.prev->next = h;
-	open_handles.prev = h;
-	pthread_mutex_unlock(&open_handles_lock);
-}
+	int rc = open_node(t, n, flags, h, r);
 
-static void handle_free(struct tree *t, struct handle *h)
-{
-	pthread_mutex_lock(&open_handles_lock);
-	h->prev->next = h->next;
-	h->next->prev = h->prev;
-	pthread_mutex_unlock(&open_handles_lock);
-	switch (h->type) {
-	case HANDLE_UPLOAD:
-		publish_release(t, h);
-		break;
-	case HANDLE_OBJECT:
-		object_release(t, h);
-		break;
-	case HANDLE_TEXT:
-		info_release(h);
-		break;
-	case HANDLE_DIR:
-		listing_release(h);
-		break;
-	case HANDLE_MATERIALIZE:
-		materialize_release(t, h);
-		break;
-	case HANDLE_CONTROL:
-		control_release(h);
-		break;
-	case HANDLE_WEIGHTS_RANK:
-		weights_release(t, h);
-		break;
-	default:
-		break;
-	}
-}
-
-static void handle_put(struct tree *t, struct handle *h)
-{
-	if (atomic_fetch_sub(&h->users, 1) == 1)
-		handle_free(t, h);
-}
-
-/* Releases the handles whose RELEASE the kernel never sent (shutdown). */
-static void release_open_handles(struct tree *t)
-{
-	for (;;) {
-		pthread_mutex_lock(&open_handles_lock);
-		struct handle *h = open_handles.next == &open_handles ? NULL : open_handles.next;
-		pthread_mutex_unlock(&open_handles_lock);
-		if (!h)
-			break;
-		handle_free(t, h);
-	}
+	if (rc == 0)
+		handle_register(*h); /* whole now: shutdown may release it */
+	return rc;
 }
 
 int tree_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
 	      const void **data, size_t *len)
 {
-	int rc;
-
-	switch (h->type) {
-	case HANDLE_OBJECT:
-		rc = object_read(t, h, off, size, data, len);
-		break;
-	case HANDLE_TEXT:
-		rc = info_read(h, off, size, data, len);
-		break;
-	case HANDLE_MATERIALIZE:
-		rc = materialize_read(t, h, off, size, data, len);
-		break;
-	case HANDLE_WEIGHTS_RANK:
-		rc = weights_read(h, off, size, data, len);
-		break;
-	default:
+	if (!h->ops->read)
 		return -EBADF;
-	}
+	int rc = h->ops->read(t, h, off, size, data, len);
 	if (rc == 0)
-		atomic_fetch_add(&h->users, 1);
+		handle_get(h); /* until the reply is sent: tree_read_done */
 	return rc;
 }
 
@@ -677,60 +547,42 @@ void tree_read_done(struct tree *t, struct handle *h)
 int tree_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
 	       uint64_t owner)
 {
-	if (h->type == HANDLE_MATERIALIZE)
-		return materialize_write(t, h, off, buf, len);
-	if (h->type == HANDLE_CONTROL)
-		return control_write(t, h, buf, len);
-	if (h->type != HANDLE_UPLOAD)
-		return -EBADF;
-	return publish_write(t, h, off, buf, len, owner);
+	return h->ops->write ? h->ops->write(t, h, off, buf, len, owner) : -EBADF;
 }
 
 int tree_flush(struct tree *t, struct handle *h, uint64_t owner)
 {
-	if (h->type == HANDLE_CONTROL)
-		return control_flush(t, h);
-	return h->type == HANDLE_UPLOAD ? publish_close(t, h, owner) : 0;
+	return h->ops->flush ? h->ops->flush(t, h, owner) : 0;
 }
 
-#define QUICK_BYTES (256u << 10)
+int tree_fsync(struct tree *t, struct handle *h)
+{
+	return h->ops->fsync ? h->ops->fsync(t, h) : 0;
+}
+
+void tree_release(struct tree *t, struct handle *h)
+{
+	handle_put(t, h);
+}
 
 bool tree_read_quick(struct tree *t, struct handle *h)
 {
-	switch (h->type) {
-	case HANDLE_OBJECT:
-		return object_read_quick(h, QUICK_BYTES);
-	case HANDLE_MATERIALIZE:
-		return false;
-	default:
-		return true;
-	}
+	return !h->ops->read_quick || h->ops->read_quick(t, h);
 }
 
 bool tree_write_quick(struct tree *t, struct handle *h, size_t len)
 {
-	switch (h->type) {
-	case HANDLE_UPLOAD: /* a publish may wait for the start-up count of bytes */
-		return len <= QUICK_BYTES && !t->sizing;
-	case HANDLE_MATERIALIZE:
-		return !materialize_busy(h);
-	case HANDLE_CONTROL:
-		return false;
-	default:
-		return true;
-	}
+	return !h->ops->write_quick || h->ops->write_quick(t, h, len);
 }
 
 bool tree_flush_quick(struct tree *t, struct handle *h)
 {
-	if (h->type == HANDLE_UPLOAD) /* a commit may wait on a write or the start-up count */
-		return !t->sizing && !publish_busy(h);
-	return h->type != HANDLE_CONTROL;
+	return !h->ops->flush_quick || h->ops->flush_quick(t, h);
 }
 
 bool tree_release_quick(struct tree *t, struct handle *h)
 {
-	return h->type != HANDLE_WEIGHTS_RANK; /* the last one may free GPU memory */
+	return !h->ops->release_slow;
 }
 
 bool tree_opendir_quick(struct tree *t, struct node *n)
@@ -740,43 +592,29 @@ bool tree_opendir_quick(struct tree *t, struct node *n)
 
 unsigned tree_poll(struct tree *t, struct handle *h)
 {
-	(void)t;
-	return h->type == HANDLE_WEIGHTS_RANK ? 0 : POLLIN | POLLOUT | POLLRDNORM | POLLWRNORM;
+	return h->ops->poll ? h->ops->poll(t, h) : POLLIN | POLLOUT | POLLRDNORM | POLLWRNORM;
 }
 
 int tree_ioctl(struct tree *t, struct handle *h, unsigned int cmd, const void *in, size_t in_len,
 	       void *out, size_t out_len)
 {
-	if (cmd != ARTFS_IOC_ATTACH || h->type != HANDLE_WEIGHTS_RANK)
-		return -ENOTTY;
-	if (in_len < sizeof(struct artfs_attach) || out_len < sizeof(struct artfs_attach))
-		return -EINVAL;
-	struct artfs_attach req;
-	memcpy(&req, in, sizeof(req));
-	return weights_attach(t, h, &req, out);
-}
-
-int tree_fsync(struct tree *t, struct handle *h)
-{
-	return h->type == HANDLE_UPLOAD ? publish_finish(t, h) : 0;
-}
-
-void tree_release(struct tree *t, struct handle *h)
-{
-	handle_put(t, h);
+	return h->ops->ioctl ? h->ops->ioctl(t, h, cmd, in, in_len, out, out_len) : -ENOTTY;
 }
 
 /* ---- directories -------------------------------------------------------- */
 
 int tree_opendir(struct tree *t, struct node *n, struct handle **h)
 {
-	return listing_open(t, n, h);
+	int rc = listing_open(t, n, h);
+
+	if (rc == 0)
+		handle_register(*h);
+	return rc;
 }
 
-int tree_readdir(struct tree *t, struct handle *h, size_t i, struct tree_dirent *de)
+int tree_readdir(struct tree *t, struct handle *h, size_t i, struct dir_entry *de)
 {
-	(void)t;
-	return listing_entry(h, i, de);
+	return h->ops->readdir ? h->ops->readdir(t, h, i, de) : -ENOTDIR;
 }
 
 void tree_releasedir(struct tree *t, struct handle *h)

@@ -15,7 +15,7 @@
 #include "checkpoint.h"
 #include "expiry.h"
 #include "gpu/gpu.h"
-#include "info.h"
+#include "text.h"
 #include "key.h"
 #include "log.h"
 #include "weights.h"
@@ -101,14 +101,12 @@ static void release_gpu_locked(struct weights *w)
 {
 	if (w->gpu_freed || !w->unloaded || w->attached || !w->thread_done)
 		return;
-#ifdef HAVE_CUDA
 	gpu_unload(&w->load);
-#endif
 	w->gpu_freed = true;
 	log_info("weights %s: GPU memory freed", w->ver->name);
 }
 
-void weights_free(struct weights *w)
+static void weights_free(struct weights *w)
 {
 	struct tree *t = w->t;
 
@@ -135,6 +133,12 @@ void weights_free(struct weights *w)
 	pthread_mutex_destroy(&w->mu);
 	node_unref(&w->ver->node, 1);
 	free(w);
+}
+
+/* The index frees a weights node through this when its last reference goes. */
+static void weights_node_free(struct node *n)
+{
+	weights_free((struct weights *)n);
 }
 
 /* ---- planning a load -------------------------------------------------------------- */
@@ -291,12 +295,7 @@ static void *load_main(void *arg)
 	char err[256] = "";
 	int rc;
 
-#ifdef HAVE_CUDA
 	rc = gpu_load(&w->load, err, sizeof(err));
-#else
-	rc = -ENODEV;
-	snprintf(err, sizeof(err), "built without GPU support");
-#endif
 	char *manifest = rc == 0 ? build_manifest(w) : NULL;
 	pthread_mutex_lock(&w->mu);
 	w->finished_ns = now_ns();
@@ -304,9 +303,7 @@ static void *load_main(void *arg)
 	if (rc == 0 && !manifest) {
 		rc = -ENOMEM;
 		snprintf(err, sizeof(err), "out of memory building the manifest");
-#ifdef HAVE_CUDA
 		gpu_unload(&w->load);
-#endif
 	}
 	if (rc == 0) {
 		w->manifest = manifest;
@@ -347,11 +344,10 @@ static struct version *version_for(struct tree *t, const char *wv, int *rc)
 	if (v)
 		return v;
 	/* Weights may come before any R3 object: make the version. */
-	struct tree_entry e;
-	*rc = tree_mkdir(t, &t->root, wv, &e);
+	*rc = version_make(t, wv, &v);
 	if (*rc == -EEXIST)
-		return version_for(t, wv, rc);
-	return *rc < 0 ? NULL : (struct version *)e.node;
+		*rc = 0;
+	return *rc < 0 ? NULL : v;
 }
 
 static bool quant_allowed(struct tree *t, const struct checkpoint *c)
@@ -385,12 +381,7 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 		log_warn("load %s: bad GPU list \"%.64s\" (e.g. 0,1,2)", wv, gpus);
 		return -EINVAL;
 	}
-#ifdef HAVE_CUDA
 	ndevs = gpu_devices(devs, RANKS_MAX, err, sizeof(err));
-#else
-	ndevs = -ENODEV;
-	snprintf(err, sizeof(err), "this artfs was built without GPU support");
-#endif
 	if (ndevs < 0) {
 		log_warn("load %s: %s", wv, err);
 		return -ENODEV;
@@ -439,6 +430,7 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 	w->nranks = nranks;
 	pthread_mutex_init(&w->mu, NULL);
 	w->node.type = NODE_WEIGHTS;
+	index_set_weights_free(weights_node_free);
 	atomic_init(&w->node.refs, 1); /* the version's */
 	w->dir.type = NODE_WEIGHTS_DIR;
 	w->dir.owner = &w->node;
@@ -536,7 +528,7 @@ int weights_unload(struct tree *t, const char *wv)
 	struct weights *w = v ? v->weights : NULL;
 	if (w)
 		v->weights = NULL;
-	uint64_t parent = v ? tree_node_id(t, &v->node) : 0;
+	uint64_t parent = v ? node_id(t, &v->node) : 0;
 	pthread_mutex_unlock(&t->lock);
 	if (!w)
 		return -ENOENT;
@@ -630,7 +622,7 @@ int weights_getattr(struct tree *t, struct node *n, struct stat *st, double *tim
 	struct weights *w = weights_of(n);
 
 	memset(st, 0, sizeof(*st));
-	st->st_ino = tree_node_id(t, n);
+	st->st_ino = node_id(t, n);
 	st->st_uid = t->cfg->uid;
 	st->st_gid = t->cfg->gid;
 	st->st_nlink = 1;
@@ -696,8 +688,10 @@ static char *status_text(struct weights *w)
 	return text;
 }
 
+static const struct handle_ops rank_ops;
+
 int weights_open(struct tree *t, struct node *n, int flags, struct handle **h,
-		 struct tree_open_reply *r)
+		 struct open_reply *r)
 {
 	struct weights *w = weights_of(n);
 
@@ -714,7 +708,7 @@ int weights_open(struct tree *t, struct node *n, int flags, struct handle **h,
 			pthread_mutex_unlock(&w->mu);
 			r->keep_cache = true;
 		}
-		return text ? text_handle_open(text, h, r) : -ENOMEM;
+		return text ? text_open(text, h, r) : -ENOMEM;
 	}
 	if (n->type != NODE_WEIGHTS_RANK)
 		return -EISDIR;
@@ -730,7 +724,7 @@ int weights_open(struct tree *t, struct node *n, int flags, struct handle **h,
 	w->attached++;
 	w->ranks[n->sub].attached++;
 	pthread_mutex_unlock(&w->mu);
-	handle_init(&rh->h, HANDLE_WEIGHTS_RANK);
+	handle_init(&rh->h, &rank_ops);
 	rh->w = w;
 	rh->rank = n->sub;
 	node_ref(&w->node);
@@ -740,7 +734,8 @@ int weights_open(struct tree *t, struct node *n, int flags, struct handle **h,
 	return 0;
 }
 
-int weights_read(struct handle *h, uint64_t off, size_t size, const void **data, size_t *len)
+static int rank_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
+		     const void **data, size_t *len)
 {
 	static const char nothing[1];
 
@@ -749,7 +744,7 @@ int weights_read(struct handle *h, uint64_t off, size_t size, const void **data,
 	return 0;
 }
 
-void weights_release(struct tree *t, struct handle *h)
+static void rank_release(struct tree *t, struct handle *h)
 {
 	struct rank_handle *rh = (struct rank_handle *)h;
 	struct weights *w = rh->w;
@@ -775,11 +770,11 @@ void weights_list(struct tree *t, struct node *dir,
 	if (gone)
 		return;
 	if (ready)
-		add(ctx, file_names[WEIGHTS_MANIFEST], tree_node_id(t, &w->files[WEIGHTS_MANIFEST]), DT_REG);
-	add(ctx, file_names[WEIGHTS_STATUS], tree_node_id(t, &w->files[WEIGHTS_STATUS]), DT_REG);
+		add(ctx, file_names[WEIGHTS_MANIFEST], node_id(t, &w->files[WEIGHTS_MANIFEST]), DT_REG);
+	add(ctx, file_names[WEIGHTS_STATUS], node_id(t, &w->files[WEIGHTS_STATUS]), DT_REG);
 	for (int r = 0; r < w->nranks; r++) {
 		snprintf(name, sizeof(name), "rank%d", r);
-		add(ctx, name, tree_node_id(t, &w->ranks[r].node), DT_REG);
+		add(ctx, name, node_id(t, &w->ranks[r].node), DT_REG);
 	}
 }
 
@@ -807,8 +802,8 @@ static const char *fingerprint_diff(const struct artfs_fingerprint *a,
 	return NULL;
 }
 
-int weights_attach(struct tree *t, struct handle *h, const struct artfs_attach *in,
-		   struct artfs_attach *out)
+static int weights_attach(struct tree *t, struct handle *h, const struct artfs_attach *in,
+			  struct artfs_attach *out)
 {
 	struct rank_handle *rh = (struct rank_handle *)h;
 	struct weights *w = rh->w;
@@ -853,3 +848,33 @@ int weights_attach(struct tree *t, struct handle *h, const struct artfs_attach *
 	out->slabs[0].size = w->granks[rh->rank].slab_size;
 	return 0;
 }
+
+static int rank_ioctl(struct tree *t, struct handle *h, unsigned int cmd, const void *in,
+		      size_t in_len, void *out, size_t out_len)
+{
+	struct artfs_attach req;
+
+	if (cmd != ARTFS_IOC_ATTACH)
+		return -ENOTTY;
+	if (in_len < sizeof(req) || out_len < sizeof(req))
+		return -EINVAL;
+	memcpy(&req, in, sizeof(req));
+	return weights_attach(t, h, &req, out);
+}
+
+/* rank<k> never becomes ready: an engine can wait in poll() and learn that
+ * the daemon died (POLLERR). */
+static unsigned rank_poll(struct tree *t, struct handle *h)
+{
+	(void)t, (void)h;
+	return 0;
+}
+
+static const struct handle_ops rank_ops = {
+	.kind = "rank",
+	.read = rank_read,
+	.ioctl = rank_ioctl,
+	.poll = rank_poll,
+	.release = rank_release,
+	.release_slow = true, /* the last one may free GPU memory */
+};

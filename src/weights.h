@@ -12,7 +12,7 @@
 #define ARTFS_WEIGHTS_H
 
 #include "artfs/artfs.h"
-#include "tree.h"
+#include "base.h"
 
 enum weights_file { WEIGHTS_MANIFEST = 0, WEIGHTS_STATUS, WEIGHTS_FILE_COUNT };
 
@@ -34,18 +34,9 @@ struct node *weights_dir_node(struct weights *w);
 int weights_lookup(struct tree *t, struct node *dir, const char *name, struct node **out);
 int weights_getattr(struct tree *t, struct node *n, struct stat *st, double *timeout);
 int weights_open(struct tree *t, struct node *n, int flags, struct handle **h,
-		 struct tree_open_reply *r);
-int weights_read(struct handle *h, uint64_t off, size_t size, const void **data, size_t *len);
-void weights_release(struct tree *t, struct handle *h);
+		 struct open_reply *r);
 /* Names under <wv>/weights for a listing: calls add for each. */
 void weights_list(struct tree *t, struct node *dir,
 		  void (*add)(void *ctx, const char *name, uint64_t ino, unsigned char type), void *ctx);
-/* The attach ioctl on an open rank<k>: fills out, or returns the errno of
- * the header's table (EAGAIN, EIO, ESTALE, EOPNOTSUPP, ENODEV, EINVAL). */
-int weights_attach(struct tree *t, struct handle *h, const struct artfs_attach *in,
-		   struct artfs_attach *out);
-
-/* Called when its last reference goes (index.c). */
-void weights_free(struct weights *w);
 
 #endif

@@ -94,7 +94,7 @@ def test_status_of_an_empty_mount(mnt, ctl):
     assert fields["store"] == mnt.store
     assert fields["objects"] == "0 in 0 versions"
     assert fields["used"] == "0 B of 8.0 GiB (0.0%)"
-    assert fields["reserved"] == "0 B by 0 uploads in flight"
+    assert fields["reserved"] == "0 B by 0 publishes in flight"
     assert fields["publishes"] == "0, 0 checksum failures"
     assert fields["ttl"] == "1h00m (3600 s)"
     assert rows == {} and lines == ["no weight versions"]
@@ -215,7 +215,7 @@ def test_status_reads_the_exposition_format_robustly(ctl, tmp_path):
     assert fields["store"] == "/dev/shm/x?[2J"
     assert fields["objects"] == "7 in 2 versions"
     assert fields["used"] == "1.5 KiB of 2.9 KiB (50.0%)"
-    assert fields["reserved"] == "? by ? uploads in flight"
+    assert fields["reserved"] == "? by ? publishes in flight"
     assert fields["publishes"] == "?, ? checksum failures"
     assert fields["ttl"] == "1d01h (90061 s)"
     assert list(rows) == ["a", "b"]

@@ -47,7 +47,7 @@ static void reopen(void)
 	tree_close(&t);
 	ck_assert_msg(tree_open(&t, &cfg, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_int_eq(scan_size_start(&t), 0); /* as the daemon does once mounted */
-	tree_wait_sized(&t);
+	sizing_wait(&t);
 }
 
 static void stop(void)
@@ -71,7 +71,7 @@ static int publish_as(struct node *ver, const char *name, const uint8_t *data, s
 		      uint64_t owner, uint64_t closer)
 {
 	struct tree_entry e;
-	struct tree_open_reply r = { 0 };
+	struct open_reply r = { 0 };
 	struct handle *h;
 	int rc = tree_create(&t, ver, name, O_CREAT | O_WRONLY, &e, &h, &r);
 	if (rc < 0)
@@ -100,7 +100,7 @@ static int publish(struct node *ver, const char *name, const uint8_t *data, size
 static int read_all(struct node *ver, const char *name, uint8_t **out, size_t *out_len)
 {
 	struct tree_entry e;
-	struct tree_open_reply r = { 0 };
+	struct open_reply r = { 0 };
 	struct handle *h;
 	int rc = tree_lookup(&t, ver, name, &e);
 	if (rc < 0)
@@ -291,7 +291,7 @@ START_TEST(names_and_listing)
 	size_t len;
 	struct tree_entry e;
 	struct handle *h;
-	struct tree_open_reply r = { 0 };
+	struct open_reply r = { 0 };
 	start(1 << 20);
 	ck_assert_int_eq(tree_mkdir(&t, &t.root, ".bad", &e), -EINVAL);
 	ck_assert_int_eq(tree_lookup(&t, &t.root, ".bad", &e), -ENOENT);
@@ -319,7 +319,7 @@ START_TEST(names_and_listing)
 		free(a);
 	}
 	ck_assert_int_eq(tree_opendir(&t, ver, &h), 0);
-	struct tree_dirent de;
+	struct dir_entry de;
 	size_t n = 0;
 	for (size_t i = 0; tree_readdir(&t, h, i, &de) == 0; i++)
 		n++;
@@ -338,7 +338,7 @@ START_TEST(create_in_a_removed_version_registers_nothing)
 	 * through a freed pointer). */
 	struct tree_entry e;
 	struct handle *h = NULL;
-	struct tree_open_reply r = { 0 };
+	struct open_reply r = { 0 };
 	size_t len;
 	start(1 << 20);
 	struct node *gone = version("gone");
@@ -365,7 +365,7 @@ START_TEST(a_committed_object_is_never_opened_for_writing)
 	 * create that meets a committed key writes to a node of its own. */
 	struct tree_entry e, ce;
 	struct handle *h;
-	struct tree_open_reply r = { 0 };
+	struct open_reply r = { 0 };
 	size_t len;
 	start(1 << 20);
 	struct node *ver = version("v");
@@ -399,7 +399,7 @@ START_TEST(a_stalled_writer_holds_only_what_it_sent)
 	 * declaring a large payload and then nothing holds only its header. */
 	struct tree_entry e;
 	struct handle *h;
-	struct tree_open_reply r = { 0 };
+	struct open_reply r = { 0 };
 	size_t len;
 	start(1 << 20);
 	struct node *ver = version("v");

@@ -1,0 +1,27 @@
+/* The GPU backend of a build without CUDA: the same functions as gpu/, each
+ * saying that there is no GPU support, so the core never needs #ifdef. */
+#include "autoconf.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+#include "gpu/gpu.h"
+
+int gpu_devices(struct gpu_device *out, int cap, char *err, size_t errlen)
+{
+	(void)out, (void)cap;
+	snprintf(err, errlen, "this artfs was built without GPU support");
+	return -ENODEV;
+}
+
+int gpu_load(struct gpu_load *l, char *err, size_t errlen)
+{
+	(void)l;
+	snprintf(err, errlen, "built without GPU support");
+	return -ENODEV;
+}
+
+void gpu_unload(struct gpu_load *l)
+{
+	(void)l;
+}

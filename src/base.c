@@ -1,0 +1,158 @@
+#include "autoconf.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base.h"
+#include "key.h"
+#include "log.h"
+
+int64_t clock_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec;
+}
+
+void version_touch(struct version *v)
+{
+	atomic_store_explicit(&v->last_active, clock_now(), memory_order_relaxed);
+}
+
+uint64_t node_id(struct tree *t, struct node *n)
+{
+	return n == &t->root ? 1 : (uint64_t)(uintptr_t)n;
+}
+
+struct node *node_from_id(struct tree *t, uint64_t id)
+{
+	return id == 1 ? &t->root : (struct node *)(uintptr_t)id;
+}
+
+void sizing_wait(struct tree *t)
+{
+	pthread_mutex_lock(&t->lock);
+	while (t->sizing)
+		pthread_cond_wait(&t->sized_cv, &t->lock);
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* ---- open handles ---------------------------------------------------------- */
+
+static struct handle open_handles = { .prev = &open_handles, .next = &open_handles };
+static pthread_mutex_t open_handles_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void handle_init(struct handle *h, const struct handle_ops *ops)
+{
+	h->ops = ops;
+	atomic_init(&h->users, 1);
+	h->prev = h->next = NULL;
+}
+
+void handle_register(struct handle *h)
+{
+	pthread_mutex_lock(&open_handles_lock);
+	h->next = &open_handles;
+	h->prev = open_handles.prev;
+	open_handles.prev->next = h;
+	open_handles.prev = h;
+	pthread_mutex_unlock(&open_handles_lock);
+}
+
+static void handle_free(struct tree *t, struct handle *h)
+{
+	pthread_mutex_lock(&open_handles_lock);
+	if (h->prev) {
+		h->prev->next = h->next;
+		h->next->prev = h->prev;
+	}
+	pthread_mutex_unlock(&open_handles_lock);
+	if (h->ops->release)
+		h->ops->release(t, h);
+}
+
+void handle_get(struct handle *h)
+{
+	atomic_fetch_add(&h->users, 1);
+}
+
+void handle_put(struct tree *t, struct handle *h)
+{
+	if (atomic_fetch_sub(&h->users, 1) == 1)
+		handle_free(t, h);
+}
+
+void handles_release_all(struct tree *t)
+{
+	for (;;) {
+		pthread_mutex_lock(&open_handles_lock);
+		struct handle *h = open_handles.next == &open_handles ? NULL : open_handles.next;
+		pthread_mutex_unlock(&open_handles_lock);
+		if (!h)
+			break;
+		handle_free(t, h);
+	}
+}
+
+/* ---- versions ---------------------------------------------------------------- */
+
+static struct version *find_version(struct tree *t, const char *name)
+{
+	pthread_mutex_lock(&t->lock);
+	struct version *v = index_version_find(&t->idx, name);
+	if (v)
+		node_ref(&v->node);
+	pthread_mutex_unlock(&t->lock);
+	return v;
+}
+
+int version_make(struct tree *t, const char *name, struct version **out)
+{
+	if (!key_version_name_valid(name)) {
+		log_warn("mkdir %.200s: not a weight version name "
+			 "([A-Za-z0-9][A-Za-z0-9._-]{0,127})", name);
+		return -EINVAL;
+	}
+	for (;;) {
+		struct version *v = find_version(t, name);
+		if (v) {
+			*out = v;
+			return -EEXIST;
+		}
+		int rc = store_version_make(&t->store, name);
+		if (rc < 0 && rc != -EEXIST) {
+			log_err("mkdir %s: cannot create it in the store: %s", name, strerror(-rc));
+			return rc == -ENOSPC ? rc : -EIO;
+		}
+		int fd = store_version_open(&t->store, name);
+		if (fd < 0) {
+			log_err("mkdir %s: cannot open it in the store: %s", name, strerror(-fd));
+			return -EIO;
+		}
+		v = version_new(name, fd, clock_now());
+		if (!v) {
+			close(fd);
+			return -ENOMEM;
+		}
+		pthread_mutex_lock(&t->lock);
+		if (index_version_find(&t->idx, name))
+			rc = -EEXIST;
+		else
+			rc = index_version_insert(&t->idx, v);
+		pthread_mutex_unlock(&t->lock);
+		if (rc == -EEXIST) { /* made meanwhile: take that one */
+			node_unref(&v->node, 1);
+			continue;
+		}
+		if (rc < 0) {
+			node_unref(&v->node, 1);
+			return rc;
+		}
+		counter_inc(&t->metrics.versions_created);
+		*out = v; /* the creation reference */
+		return 0;
+	}
+}

@@ -1,0 +1,152 @@
+/* What every module of the namespace stands on: the daemon's shared state
+ * (struct tree), open handles with their table of operations and the list
+ * of them, the clock, node ids, and making a version. Modules include this,
+ * never tree.h, so calls run one way: tree -> modules -> base -> index,
+ * store, formats.
+ *
+ * Locking: t->lock guards the index, the version tables and the byte
+ * accounting; it is held for table operations only, never across I/O. */
+#ifndef ARTFS_BASE_H
+#define ARTFS_BASE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "index.h"
+#include "metrics.h"
+#include "store.h"
+
+enum info_file { INFO_METRICS = 0, INFO_CONFIG, INFO_CONTROL, INFO_COUNT };
+
+struct tree {
+	struct artfs_config *cfg;
+	struct store store;
+	struct metrics metrics;
+	pthread_mutex_t lock;
+	struct index idx;
+	uint64_t objects;         /* committed objects, all versions */
+	uint64_t bytes_used;      /* committed bytes, all versions */
+	uint64_t bytes_reserved;  /* declared bytes of publishes in flight */
+	uint64_t publishing;      /* publishes in flight */
+	_Atomic uint64_t materialize_held; /* bytes held by open .materialize files */
+	struct node root;
+	struct node info_dir;
+	struct node info_files[INFO_COUNT];
+	int64_t started;          /* CLOCK_REALTIME seconds */
+	struct expiry *expiry;    /* the janitor (src/expiry.c), NULL when not running */
+	/* Tells the kernel that parent/name is gone when the daemon itself
+	 * removed it (collection); set by the FUSE layer, called only from the
+	 * janitor thread. */
+	void (*forget_entry)(void *ctx, uint64_t parent, const char *name);
+	void *forget_ctx;
+	/* Loaded weights (src/weights.c). */
+	pthread_mutex_t weights_mu;
+	pthread_cond_t weights_cv;
+	struct weights *weights;  /* every weights object not yet freed */
+	unsigned loads_running;
+	/* Objects found at start are sized in the background (scan.c): until
+	 * then bytes_used is short and publishes wait on sized_cv. */
+	bool sizing;
+	bool sizing_stop;
+	pthread_cond_t sized_cv;
+	struct sizer *sizer;
+};
+
+/* Seconds for which the kernel may cache what never changes. */
+#define CACHE_FOREVER 1e9
+
+struct tree_entry {
+	struct node *node;      /* referenced (one kernel lookup); NULL: negative entry */
+	struct stat st;
+	double entry_timeout;
+	double attr_timeout;
+};
+
+struct open_reply {
+	bool keep_cache;
+	bool direct_io;
+	bool noflush;
+	bool nonseekable;
+};
+
+struct dir_entry {
+	const char *name;
+	uint64_t ino;
+	unsigned char type;   /* DT_DIR, DT_REG */
+};
+
+struct handle;
+
+/* What one kind of open file does: each module of the namespace (object
+ * reads, publishes, .materialize, info files, control, listings, rank<k>)
+ * exports one table; the tree dispatches through it and names no module.
+ * An operation left NULL is not supported (EBADF, ENOTTY), a *_quick left
+ * NULL means always quick: may run on the thread that reads requests. */
+struct handle_ops {
+	const char *kind;     /* for logs */
+	int (*read)(struct tree *t, struct handle *h, uint64_t off, size_t size,
+		    const void **data, size_t *len);
+	int (*write)(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
+		     uint64_t owner);
+	int (*flush)(struct tree *t, struct handle *h, uint64_t owner);
+	int (*fsync)(struct tree *t, struct handle *h);
+	int (*ioctl)(struct tree *t, struct handle *h, unsigned int cmd, const void *in,
+		     size_t in_len, void *out, size_t out_len);
+	unsigned (*poll)(struct tree *t, struct handle *h);
+	/* Entry number i of a listing; -ENOENT past the end. */
+	int (*readdir)(struct tree *t, struct handle *h, size_t i, struct dir_entry *de);
+	/* The last user is gone: free everything the handle holds. */
+	void (*release)(struct tree *t, struct handle *h);
+	bool (*read_quick)(struct tree *t, struct handle *h);
+	bool (*write_quick)(struct tree *t, struct handle *h, size_t len);
+	bool (*flush_quick)(struct tree *t, struct handle *h);
+	bool release_slow;    /* its release may block (frees GPU memory) */
+};
+
+/* An open file or directory. Reads hand out pointers into handle memory,
+ * so a handle lives until its release and every read reply are done. */
+struct handle {
+	const struct handle_ops *ops;
+	_Atomic uint32_t users;
+	struct handle *prev, *next; /* every open handle, released at shutdown */
+};
+
+/* Bytes of I/O that a request may do on the thread reading requests. */
+#define HANDLE_QUICK_BYTES (256u << 10)
+
+/* Every handle starts here: its operations and one user (its release).
+ * It joins the list of open handles with handle_register once whole, so
+ * that shutdown never meets a half-made one. */
+void handle_init(struct handle *h, const struct handle_ops *ops);
+void handle_register(struct handle *h);
+/* One more user (a read reply in flight); handle_put drops one and
+ * releases the handle with the last. */
+void handle_get(struct handle *h);
+void handle_put(struct tree *t, struct handle *h);
+/* Releases the handles whose RELEASE the kernel never sent (shutdown). */
+void handles_release_all(struct tree *t);
+
+/* CLOCK_REALTIME seconds. */
+int64_t clock_now(void);
+/* Marks a version active now (publish, read or close). */
+void version_touch(struct version *v);
+
+/* The kernel's inode number of a node, and back. */
+uint64_t node_id(struct tree *t, struct node *n);
+struct node *node_from_id(struct tree *t, uint64_t id);
+
+/* Waits until the store's bytes are all counted (after a start). */
+void sizing_wait(struct tree *t);
+
+/* Makes version name (store directory and index entry). Returns 0 with a
+ * referenced *out, -EEXIST (*out is the existing one, referenced), -EINVAL
+ * (not a version name), or another negative errno (logged). */
+int version_make(struct tree *t, const char *name, struct version **out);
+
+#endif
