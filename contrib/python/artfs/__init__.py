@@ -4,16 +4,22 @@ torch tensors that alias the daemon's slabs (no copy).
     import artfs
     arr = artfs.read_r3("default", "3da2892d...")            # numpy.ndarray
     req = artfs.materialize("default", [h0, h1, tail], token_end=40)
+    artfs.publish_many("default", [(h0, envelope0), (h1, envelope1)])
     weights = artfs.attach_weights("default", rank=0, checkpoint_dir="/models/x")
     weights["model.embed_tokens.weight"]                       # torch.Tensor on cuda
 
-Modules: artfs.r3 (R3 objects), artfs.weights (GPU weights).
+Modules: artfs.r3 (keys, envelopes, publish, batches, reads), artfs.weights
+(GPU weights).
 """
 from .mount import DEFAULT_MOUNT, is_artfs_mount, mount_point
-from .r3 import materialize, r3_attributes, read_r3
+from .r3 import (EnvelopeError, PutResult, decode_envelope, encode_envelope, get_envelopes,
+                 key_of, materialize, publish, publish_many, r3_attributes, read_r3)
 from .weights import AttachedWeights, _jansson_compact, attach_weights, fingerprint
 
 __version__ = "0.1.0"
 
-__all__ = ["DEFAULT_MOUNT", "mount_point", "is_artfs_mount", "read_r3", "r3_attributes",
-           "materialize", "fingerprint", "attach_weights", "AttachedWeights"]
+__all__ = ["DEFAULT_MOUNT", "mount_point", "is_artfs_mount",
+           "key_of", "encode_envelope", "decode_envelope", "EnvelopeError",
+           "publish", "publish_many", "PutResult", "get_envelopes",
+           "read_r3", "r3_attributes", "materialize",
+           "fingerprint", "attach_weights", "AttachedWeights"]
