@@ -9,7 +9,8 @@ torch tensors that alias the daemon's slabs (no copy).
     weights["model.embed_tokens.weight"]                       # torch.Tensor on cuda
 
 Modules: artfs.r3 (keys, envelopes, publish, batches, reads), artfs.weights
-(GPU weights).
+(GPU weights), artfs.vllm (vLLM's artifact store protocol over artfs, and
+the vllm.general_plugins entry point).
 """
 from .mount import DEFAULT_MOUNT, is_artfs_mount, mount_point
 from .r3 import (EnvelopeError, PutResult, decode_envelope, encode_envelope, get_envelopes,
