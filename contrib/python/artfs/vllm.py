@@ -148,8 +148,11 @@ class ArtfsArtifactStore(ArtfsArtifactReader):
     collision (ArtifactCorruptionError)."""
 
     def put(self, objects: Sequence[_Object]) -> None:
-        """Publishes objects in one .keys/.put transaction. The daemon
-        commits each on its own, in order; the first failure raises."""
+        """Publishes objects in one .keys/.put transaction; the first
+        failure raises. Keys and envelope headers are checked first, so a
+        malformed object sends nothing. Then the daemon commits each object
+        on its own, in order: unlike vLLM's SHM store, the objects after a
+        failed one are committed too."""
         objects = list(objects)
         if not objects:
             return
