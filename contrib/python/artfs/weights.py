@@ -1,0 +1,298 @@
+"""Preloaded GPU weights (DESIGN.md §4.2): torch tensors that alias the
+daemon's slabs through CUDA IPC handles, without a copy.
+
+attach_weights falls back to loading the checkpoint from disk only when no
+artfs mount is present; every other failure raises (fail closed).
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import struct
+from typing import TYPE_CHECKING, Any, Callable
+
+from .mount import is_artfs_mount, mount_point
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["fingerprint", "attach_weights", "AttachedWeights"]
+
+# ---- the ABI of artfs/artfs.h -----------------------------------------------------
+ABI_VERSION = 1
+SLABS_MAX = 16
+_FP = struct.Struct("<128s64s32s32s256sIIIIII")       # struct artfs_fingerprint
+_SLAB = struct.Struct("<64sQ")                          # struct artfs_slab
+_ATTACH_HEAD = struct.Struct("<II")
+_ATTACH_OUT = struct.Struct("<16sIIQ")
+ATTACH_SIZE = _ATTACH_HEAD.size + _FP.size + _ATTACH_OUT.size + SLABS_MAX * _SLAB.size
+_IOC_WRITE, _IOC_READ = 1, 2
+IOC_ATTACH = ((_IOC_READ | _IOC_WRITE) << 30) | (ATTACH_SIZE << 16) | (0xA7 << 8) | 1
+
+# safetensors dtype -> torch dtype name
+_TORCH_DTYPES = {
+    "BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16",
+    "I32": "int32", "U32": "uint32", "I64": "int64", "U64": "uint64", "F16": "float16",
+    "BF16": "bfloat16", "F32": "float32", "F64": "float64", "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2", "C64": "complex64",
+}
+
+Fingerprint = dict[str, Any]
+"""What fingerprint() returns and attach_weights(expect=...) takes."""
+
+
+# ---- fingerprints ---------------------------------------------------------------------
+
+def _jansson_compact(value: Any) -> str:
+    """JSON as jansson's json_dumps(JSON_SORT_KEYS | JSON_COMPACT) writes it,
+    so that the quantization config hashes as the daemon hashes it."""
+    if isinstance(value, dict):
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _jansson_compact(value[k])
+                              for k in sorted(value)) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_jansson_compact(v) for v in value) + "]"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, float):
+        text = "%.17g" % value
+        return text if any(c in text for c in ".eEn") else text + ".0"
+    return json.dumps(value, ensure_ascii=False)
+
+
+_SHARD = re.compile(r"^model-rank-(0|[1-9][0-9]*)-part-([0-9]{1,9})\.safetensors$")
+
+
+def _checkpoint_files(checkpoint_dir: str) -> tuple[list[str], str]:
+    names = sorted(n for n in os.listdir(checkpoint_dir)
+                   if n.endswith(".safetensors") and not n.startswith("."))
+    if any(_SHARD.match(n) for n in names):
+        return names, "vllm-sharded"
+    index = os.path.join(checkpoint_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            names = sorted(set(json.load(f)["weight_map"].values()))
+    return names, "huggingface"
+
+
+def _header(path: str) -> tuple[int, bytes, int]:
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return n, f.read(n), os.fstat(f.fileno()).st_size
+
+
+_Runtime = dict[str, Callable[..., Any]]
+_RUNTIME: _Runtime | None = None
+
+
+def _cupy_runtime() -> _Runtime:
+    import cupy
+    rt = cupy.cuda.runtime
+    return {"driver_version": rt.driverGetVersion,
+            "ipc_open": lambda h: rt.ipcOpenMemHandle(h, rt.cudaIpcMemLazyEnablePeerAccess),
+            "ipc_close": rt.ipcCloseMemHandle}
+
+
+def _ctypes_runtime() -> _Runtime:
+    """The libcudart torch loaded, through ctypes."""
+    import torch  # noqa: F401  (loads libcudart into the process)
+    found = None
+    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
+        try:
+            found = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    if found is None:
+        raise OSError(errno.ENODEV, "no CUDA runtime library found")
+    lib = found
+
+    class Handle(ctypes.Structure):  # cudaIpcMemHandle_t, passed by value
+        _fields_ = [("reserved", ctypes.c_ubyte * 64)]
+
+    lib.cudaIpcOpenMemHandle.argtypes = [ctypes.POINTER(ctypes.c_void_p), Handle, ctypes.c_uint]
+    lib.cudaIpcOpenMemHandle.restype = ctypes.c_int
+    lib.cudaIpcCloseMemHandle.argtypes = [ctypes.c_void_p]
+    lib.cudaDriverGetVersion.argtypes = [ctypes.POINTER(ctypes.c_int)]
+
+    def driver_version() -> int:
+        v = ctypes.c_int()
+        lib.cudaDriverGetVersion(ctypes.byref(v))
+        return v.value
+
+    def ipc_open(h: bytes) -> int:
+        ptr = ctypes.c_void_p()
+        rc = lib.cudaIpcOpenMemHandle(ctypes.byref(ptr), Handle.from_buffer_copy(bytes(h)), 1)
+        if rc != 0:
+            raise OSError(errno.EIO, f"cudaIpcOpenMemHandle failed (cudaError {rc})")
+        return int(ptr.value or 0)
+
+    def ipc_close(ptr: int) -> None:
+        lib.cudaIpcCloseMemHandle(ctypes.c_void_p(ptr))
+
+    return {"driver_version": driver_version, "ipc_open": ipc_open, "ipc_close": ipc_close}
+
+
+def _cuda_runtime() -> _Runtime:
+    """CUDA runtime calls: cupy's, else the libcudart torch loaded through
+    ctypes ($ARTFS_CUDA_RUNTIME=ctypes forces the latter)."""
+    global _RUNTIME
+    if _RUNTIME is None:
+        if os.environ.get("ARTFS_CUDA_RUNTIME") == "ctypes":
+            _RUNTIME = _ctypes_runtime()
+        else:
+            try:
+                _RUNTIME = _cupy_runtime()
+            except ImportError:
+                _RUNTIME = _ctypes_runtime()
+    return _RUNTIME
+
+
+def fingerprint(checkpoint_dir: str, tp_size: int = 1, tp_rank: int = 0,
+                device: int = 0) -> Fingerprint:
+    """What an engine on `device` expects of the checkpoint (DESIGN.md §4.2),
+    computed as the daemon computes it."""
+    import torch
+    names, _ = _checkpoint_files(checkpoint_dir)
+    rev = hashlib.sha256()
+    dtypes = set()
+    for name in names:
+        n, header, size = _header(os.path.join(checkpoint_dir, name))
+        rev.update(name.encode() + b"\0" + struct.pack(">QQ", size, n) + header)
+        for key, entry in json.loads(header).items():
+            if key != "__metadata__":
+                dtypes.add(entry["dtype"])
+    arch, quant, quant_sha = "", "", b"\0" * 32
+    config = os.path.join(checkpoint_dir, "config.json")
+    if os.path.exists(config):
+        with open(config) as f:
+            cfg = json.load(f)
+        arch = (cfg.get("architectures") or [""])[0] or ""
+        qc = cfg.get("quantization_config")
+        if isinstance(qc, dict):
+            quant = qc.get("quant_method", "")
+            quant_sha = hashlib.sha256(_jansson_compact(qc).encode()).digest()
+    major, minor = torch.cuda.get_device_capability(device)
+    return {"architecture": arch, "quant_method": quant, "quant_config_sha256": quant_sha,
+            "revision": rev.digest(), "dtypes": ",".join(sorted(dtypes)), "tp_size": tp_size,
+            "tp_rank": tp_rank, "cc_major": major, "cc_minor": minor,
+            "driver_version": _cuda_runtime()["driver_version"]()}
+
+
+def _pack_attach(fp: Fingerprint) -> bytearray:
+    head = _ATTACH_HEAD.pack(ABI_VERSION, 0)
+    fpb = _FP.pack(fp["architecture"].encode(), fp["quant_method"].encode(),
+                   fp["quant_config_sha256"], fp["revision"], fp["dtypes"].encode(),
+                   fp["tp_size"], fp["tp_rank"], fp["cc_major"], fp["cc_minor"],
+                   fp["driver_version"], 0)
+    return bytearray(head + fpb + b"\0" * (ATTACH_SIZE - len(head) - len(fpb)))
+
+
+# ---- attaching weights -------------------------------------------------------------------
+
+class _DeviceBytes:
+    """A device range that torch.as_tensor takes without copying."""
+
+    def __init__(self, ptr: int, size: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1",
+                                         "data": (ptr, False), "version": 3}
+
+
+class AttachedWeights(dict[str, "torch.Tensor"]):
+    """name -> torch.Tensor aliasing the daemon's slab. The open rank file is
+    the attachment: keep this object (or call close()) while tensors are used."""
+
+    def __init__(self, fd: int | None, slabs: list[int],
+                 ipc_close: Callable[[int], None]) -> None:
+        super().__init__()
+        self.fd, self._slabs, self._ipc_close = fd, slabs, ipc_close
+
+    def close(self) -> None:
+        self.clear()
+        for ptr in self._slabs:
+            self._ipc_close(ptr)
+        self._slabs = []
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _load_from_disk(checkpoint_dir: str, rank: int, device: int) -> dict[str, "torch.Tensor"]:
+    from safetensors.torch import load_file
+    names, layout = _checkpoint_files(checkpoint_dir)
+    if layout == "vllm-sharded":
+        names = [n for n in names if n.startswith(f"model-rank-{rank}-part-")]
+    out: dict[str, "torch.Tensor"] = {}
+    for name in names:
+        out.update(load_file(os.path.join(checkpoint_dir, name), device=f"cuda:{device}"))
+    return out
+
+
+def attach_weights(weight_version: str, rank: int = 0, checkpoint_dir: str | None = None,
+                   expect: Fingerprint | None = None, mount: str | None = None,
+                   device: int | None = None,
+                   tp_size: int | None = None) -> dict[str, "torch.Tensor"]:
+    """The tensors of one rank as a dict of torch tensors on the GPU
+    (an AttachedWeights when served by artfs).
+
+    expect is the fingerprint the engine expects (fingerprint(...)); when
+    omitted it is computed from checkpoint_dir. Without an artfs mount the
+    checkpoint is loaded from disk (safetensors); any other failure raises
+    OSError with the errno of DESIGN.md §4.2."""
+    mnt = mount_point(mount)
+    device = rank if device is None else device
+    if not is_artfs_mount(mnt):
+        if checkpoint_dir is None:
+            raise OSError(errno.ENODEV, f"{mnt} is not an artfs mount and no checkpoint_dir")
+        return _load_from_disk(checkpoint_dir, rank, device)
+    if expect is None:
+        if checkpoint_dir is None:
+            raise ValueError("attach_weights needs expect= or checkpoint_dir=")
+        _, layout = _checkpoint_files(checkpoint_dir)
+        tp = tp_size or (1 if layout == "huggingface" else None)
+        if tp is None:
+            ranks = set()
+            for n in os.listdir(checkpoint_dir):
+                m = _SHARD.match(n)
+                if m:
+                    ranks.add(int(m.group(1)))
+            tp = len(ranks)
+        expect = fingerprint(checkpoint_dir, tp, 0 if tp == 1 else rank, device)
+    import torch
+    rt = _cuda_runtime()
+    torch.cuda.set_device(device)
+    path = os.path.join(mnt, weight_version, "weights", f"rank{rank}")
+    fd = os.open(path, os.O_RDONLY)
+    weights = AttachedWeights(fd, [], rt["ipc_close"])
+    try:
+        buf = _pack_attach(expect)
+        fcntl.ioctl(fd, IOC_ATTACH, buf, True)
+        off = _ATTACH_HEAD.size + _FP.size
+        _uuid, _dev, count, _total = _ATTACH_OUT.unpack_from(buf, off)
+        off += _ATTACH_OUT.size
+        if not 1 <= count <= SLABS_MAX:
+            raise OSError(errno.EIO, f"attach returned {count} slabs")
+        for i in range(count):
+            handle, _size = _SLAB.unpack_from(buf, off + i * _SLAB.size)
+            weights._slabs.append(rt["ipc_open"](handle))
+        with open(os.path.join(mnt, weight_version, "weights", "manifest.json")) as f:
+            manifest = json.load(f)
+        for name, t in manifest["ranks"][rank]["tensors"].items():
+            dt = getattr(torch, _TORCH_DTYPES[t["dtype"]])
+            raw = torch.as_tensor(_DeviceBytes(weights._slabs[t["slab"]] + t["offset"], t["size"]),
+                                  device=f"cuda:{device}")
+            weights[name] = raw.view(dt).reshape(t["shape"])
+    except BaseException:
+        weights.close()
+        raise
+    return weights
