@@ -1,6 +1,7 @@
 #include "autoconf.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -109,13 +110,8 @@ static struct version *find_version(struct tree *t, const char *name)
 	return v;
 }
 
-int version_make(struct tree *t, const char *name, struct version **out)
+static int make(struct tree *t, const char *name, bool keyonly, struct version **out)
 {
-	if (!key_version_name_valid(name)) {
-		log_warn("mkdir %.200s: not a weight version name "
-			 "([A-Za-z0-9][A-Za-z0-9._-]{0,127})", name);
-		return -EINVAL;
-	}
 	for (;;) {
 		struct version *v = find_version(t, name);
 		if (v) {
@@ -137,6 +133,7 @@ int version_make(struct tree *t, const char *name, struct version **out)
 			close(fd);
 			return -ENOMEM;
 		}
+		v->keyonly = keyonly;
 		pthread_mutex_lock(&t->lock);
 		if (index_version_find(&t->idx, name))
 			rc = -EEXIST;
@@ -155,4 +152,52 @@ int version_make(struct tree *t, const char *name, struct version **out)
 		*out = v; /* the creation reference */
 		return 0;
 	}
+}
+
+int version_make(struct tree *t, const char *name, struct version **out)
+{
+	if (!key_version_name_valid(name)) {
+		log_warn("mkdir %.200s: not a weight version name "
+			 "([A-Za-z0-9][A-Za-z0-9._-]{0,127})", name);
+		return -EINVAL;
+	}
+	return make(t, name, false, out);
+}
+
+int version_keyonly(struct tree *t, struct version **out)
+{
+	int rc = make(t, KEYONLY_VERSION, true, out);
+
+	return rc == -EEXIST ? 0 : rc;
+}
+
+void version_object_key(const struct version *v, const uint8_t *hash, size_t len,
+			char out[ARTFS_KEY_LEN + 1])
+{
+	char hex[ARTFS_HASH_HEX_MAX + 1];
+	const size_t plen = sizeof(ARTFS_KEY_PREFIX) - 1;
+
+	if (v->keyonly && len == 32) {
+		key_hex(hash, len, hex);
+		memcpy(out, ARTFS_KEY_PREFIX, plen);
+		memcpy(out + plen, hex, 64);
+		out[plen + 64] = '\0';
+	} else
+		key_derive(v->name, hash, len, out);
+}
+
+bool transaction_memory_take(struct tree *t, uint64_t len)
+{
+	uint64_t held = atomic_load(&t->materialize_held);
+
+	do {
+		if (len > t->cfg->materialize_max || held > t->cfg->materialize_max - len)
+			return false;
+	} while (!atomic_compare_exchange_weak(&t->materialize_held, &held, held + len));
+	return true;
+}
+
+void transaction_memory_give(struct tree *t, uint64_t len)
+{
+	atomic_fetch_sub(&t->materialize_held, len);
 }

@@ -38,6 +38,9 @@ struct tree {
 	struct node root;
 	struct node info_dir;
 	struct node info_files[INFO_COUNT];
+	struct node keys_dir;     /* .keys */
+	struct node keys_put;     /* .keys/.put */
+	struct node keys_get;     /* .keys/.get */
 	int64_t started;          /* CLOCK_REALTIME seconds */
 	struct expiry *expiry;    /* the janitor (src/expiry.c), NULL when not running */
 	/* Tells the kernel that parent/name is gone when the daemon itself
@@ -148,5 +151,23 @@ void sizing_wait(struct tree *t);
  * referenced *out, -EEXIST (*out is the existing one, referenced), -EINVAL
  * (not a version name), or another negative errno (logged). */
 int version_make(struct tree *t, const char *name, struct version **out);
+
+/* Memory that transaction files (.materialize, .keys/.get) hold for their
+ * results and request text, all of them together under materialize_max=. */
+bool transaction_memory_take(struct tree *t, uint64_t len);
+void transaction_memory_give(struct tree *t, uint64_t len);
+
+/* The objects that have only a key live in one hidden version (not a valid
+ * version name, so never a directory of the mount): store v/.keys, their
+ * "hash" is the 32 bytes of their key, and they share its expiry clock. */
+#define KEYONLY_VERSION ".keys"
+
+/* The version of key-only objects, made if missing; referenced. */
+int version_keyonly(struct tree *t, struct version **out);
+
+/* The key an object of v named hash must carry (key_derive, or for
+ * key-only objects the hash itself). */
+void version_object_key(const struct version *v, const uint8_t *hash, size_t len,
+			char out[ARTFS_KEY_LEN + 1]);
 
 #endif

@@ -19,6 +19,7 @@ void config_init(struct artfs_config *c)
 	c->capacity = 8ULL << 30;
 	c->max_object = 64ULL << 20;
 	c->materialize_max = c->capacity / 4;
+
 	c->ttl = 3600;
 	c->allow_quant = strdup("");
 	c->uid = getuid();
@@ -141,7 +142,8 @@ const struct config_option config_options[] = {
 	{ "max_object", CONFIG_SIZE, FIELD(max_object), "SIZE",
 	  "bytes of one published object (default 64M)" },
 	{ "materialize_max", CONFIG_SIZE, FIELD(materialize_max), "SIZE",
-	  "bytes open .materialize files may hold at once (default capacity/4)" },
+	  "bytes open .materialize and .get files may hold at once\n"
+	  "                           (default capacity/4, at least 64M)" },
 	{ "ttl", CONFIG_SECONDS, FIELD(ttl), "SECONDS",
 	  "idle time before a version is collected, 0 = never (default 3600)" },
 	{ "allow_quant", CONFIG_TEXT, FIELD(allow_quant), "LIST",
@@ -246,7 +248,8 @@ void config_finish(struct artfs_config *c)
 
 	config_option_find("materialize_max", &bit);
 	if (!(c->given & bit))
-		c->materialize_max = c->capacity / 4 ? c->capacity / 4 : 1;
+		c->materialize_max = c->capacity / 4 > MATERIALIZE_MAX_FLOOR ? c->capacity / 4
+										 : MATERIALIZE_MAX_FLOOR;
 }
 
 void config_usage(FILE *f)

@@ -10,6 +10,8 @@
 #include <sys/types.h>
 
 #define CONFIG_DEFAULT_STORE "/dev/shm/artfs"
+/* The least materialize_max= that capacity= gives by default. */
+#define MATERIALIZE_MAX_FLOOR (64ULL << 20)
 #define CONFIG_DEFAULT_MOUNTPOINT "/mnt/artifacts"
 
 /* One checkpoint to preload at mount: `weights.<wv> = <dir>` in the file. */

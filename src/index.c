@@ -140,6 +140,8 @@ struct version *version_new(const char *name, int dirfd, int64_t created)
 	atomic_init(&v->node.refs, 1);
 	v->materialize.type = NODE_MATERIALIZE;
 	v->materialize.owner = &v->node;
+	v->put.type = NODE_PUT;
+	v->put.owner = &v->node;
 	v->dirfd = dirfd;
 	v->created = created;
 	atomic_init(&v->last_active, created);
@@ -156,6 +158,8 @@ struct object *object_new(struct version *ver, const uint8_t *hash, size_t hash_
 		return NULL;
 	o->node.type = NODE_OBJECT;
 	atomic_init(&o->node.refs, 1);
+	o->keynode.type = NODE_KEY;
+	o->keynode.owner = &o->node;
 	o->ver = ver;
 	node_ref(&ver->node);
 	o->hash_len = (uint8_t)hash_len;
@@ -233,6 +237,8 @@ void index_version_remove(struct index *idx, struct version *v)
 	}
 }
 
+static void key_remove(struct index *idx, struct object *o);
+
 void index_version_detach(struct index *idx, struct version *v)
 {
 	struct object_table *t = &v->objects;
@@ -244,6 +250,7 @@ void index_version_detach(struct index *idx, struct version *v)
 		for (; o; o = next) {
 			next = o->next;
 			o->next = NULL;
+			key_remove(idx, o);
 			o->state = OBJECT_REMOVED;
 			node_unref(&o->node, 1);
 		}
@@ -336,10 +343,94 @@ struct object *index_object_find(struct index *idx, struct version *v,
 	return table_find(idx, &v->objects, hash, hash_len);
 }
 
+/* ---- keys --------------------------------------------------------------- */
+
+static size_t key_slot(const struct key_table *t, const uint8_t key[32])
+{
+	uint64_t h;
+
+	memcpy(&h, key, sizeof(h)); /* a SHA-256: already uniform */
+	return (size_t)h & (t->nbuckets - 1);
+}
+
+static int keys_grow(struct key_table *t)
+{
+	size_t n = t->nbuckets ? t->nbuckets * 2 : 64;
+	struct object **b = calloc(n, sizeof(*b));
+
+	if (!b)
+		return -ENOMEM;
+	struct key_table grown = { .buckets = b, .nbuckets = n, .count = t->count };
+	for (size_t i = 0; i < t->nbuckets; i++) {
+		struct object *o = t->buckets[i], *next;
+		for (; o; o = next) {
+			next = o->key_next;
+			size_t j = key_slot(&grown, o->key);
+			o->key_next = b[j];
+			b[j] = o;
+		}
+	}
+	free(t->buckets);
+	*t = grown;
+	return 0;
+}
+
+struct object *index_key_find(struct index *idx, const uint8_t key[32])
+{
+	struct key_table *t = &idx->keys;
+
+	if (!t->nbuckets)
+		return NULL;
+	for (struct object *o = t->buckets[key_slot(t, key)]; o; o = o->key_next)
+		if (memcmp(o->key, key, 32) == 0)
+			return o;
+	return NULL;
+}
+
+int index_key_insert(struct index *idx, struct object *o)
+{
+	struct key_table *t = &idx->keys;
+
+	if (t->count + 1 > t->nbuckets && keys_grow(t) < 0)
+		return -ENOMEM;
+	size_t i = key_slot(t, o->key);
+	o->key_next = t->buckets[i];
+	t->buckets[i] = o;
+	t->count++;
+	o->keyed = true;
+	return 0;
+}
+
+static void key_remove(struct index *idx, struct object *o)
+{
+	struct key_table *t = &idx->keys;
+
+	if (!t->nbuckets || !o->keyed)
+		return;
+	for (struct object **p = &t->buckets[key_slot(t, o->key)]; *p; p = &(*p)->key_next)
+		if (*p == o) {
+			*p = o->key_next;
+			o->key_next = NULL;
+			t->count--;
+			return;
+		}
+}
+
+void index_each_key(struct index *idx, void (*fn)(void *ctx, struct object *o), void *ctx)
+{
+	struct key_table *t = &idx->keys;
+
+	for (size_t i = 0; i < t->nbuckets; i++)
+		for (struct object *o = t->buckets[i]; o; o = o->key_next)
+			fn(ctx, o);
+}
+
 int index_object_insert(struct index *idx, struct version *v, struct object *o)
 {
 	int rc = table_insert(idx, &v->objects, o);
 
+	if (rc == 0 && o->keyed && (rc = index_key_insert(idx, o)) < 0)
+		table_remove(idx, &v->objects, o);
 	if (rc == 0) {
 		o->state = OBJECT_COMMITTED;
 		node_ref(&o->node);
@@ -350,6 +441,7 @@ int index_object_insert(struct index *idx, struct version *v, struct object *o)
 void index_object_remove(struct index *idx, struct version *v, struct object *o)
 {
 	if (table_remove(idx, &v->objects, o)) {
+		key_remove(idx, o);
 		o->state = OBJECT_REMOVED;
 		node_unref(&o->node, 1);
 	}
@@ -390,6 +482,8 @@ void index_destroy(struct index *idx)
 
 	free(t->buckets);
 	memset(t, 0, sizeof(*t));
+	free(idx->keys.buckets);
+	memset(&idx->keys, 0, sizeof(idx->keys));
 	/* Objects first: freeing one drops its reference on its version. */
 	for (int pass = 0; pass < 2; pass++) {
 		pthread_mutex_lock(&registry_lock);

@@ -24,6 +24,10 @@ enum node_type {
 	NODE_INFO_FILE,    /* .artfs/<file> */
 	NODE_VERSION,      /* <wv> */
 	NODE_OBJECT,       /* <wv>/<hash>, committed or being published */
+	NODE_KEY,          /* .keys/<key>: an object by its key (part of the object) */
+	NODE_KEYS_DIR,     /* .keys */
+	NODE_PUT,          /* <wv>/.put (part of the version), .keys/.put */
+	NODE_GET,          /* .keys/.get */
 	NODE_MATERIALIZE,  /* <wv>/.materialize */
 	NODE_WEIGHTS,      /* loaded weights (owner of the three below, never seen by the kernel) */
 	NODE_WEIGHTS_DIR,  /* <wv>/weights */
@@ -52,9 +56,11 @@ struct object_table {
 struct version {
 	struct node node;
 	struct node materialize;  /* <wv>/.materialize, lives as long as the version */
+	struct node put;          /* <wv>/.put, likewise */
 	struct version *next;     /* hash chain */
 	int dirfd;                /* <store>/v/<wv> */
 	bool removed;
+	bool keyonly;             /* ".keys": the objects that have only a key (hash = key) */
 	struct weights *weights;  /* loaded weights, or NULL (tree lock) */
 	struct object_table objects;
 	struct object_table pending; /* objects being published (not referenced) */
@@ -73,7 +79,11 @@ enum object_state { OBJECT_PUBLISHING = 0, OBJECT_COMMITTED, OBJECT_REMOVED };
 
 struct object {
 	struct node node;
+	struct node keynode;        /* .keys/<key>: the envelope as published */
 	struct object *next;        /* hash chain */
+	struct object *key_next;    /* chain of the key index */
+	bool keyed;                 /* key is known (and indexed once committed) */
+	uint8_t key[32];            /* sha256 part of the key */
 	struct version *ver;        /* referenced */
 	_Atomic uint64_t file_size; /* envelope bytes in the store (so far, while uploading) */
 	_Atomic uint64_t npy_size;  /* bytes served; 0 until known */
@@ -90,8 +100,15 @@ struct version_table {
 	size_t count;
 };
 
+struct key_table {
+	struct object **buckets;
+	size_t nbuckets;    /* power of two, or 0 */
+	size_t count;
+};
+
 struct index {
 	struct version_table versions;
+	struct key_table keys;  /* every committed object with a known key, by key */
 	uint64_t seed;
 };
 
@@ -123,6 +140,14 @@ struct object *index_object_find(struct index *idx, struct version *v,
 				 const uint8_t *hash, size_t hash_len);
 int index_object_insert(struct index *idx, struct version *v, struct object *o);
 void index_object_remove(struct index *idx, struct version *v, struct object *o);
+/* The committed object of a key (32 bytes), in any version; O(1). */
+struct object *index_key_find(struct index *idx, const uint8_t key[32]);
+/* Indexes a committed object's key once it is known (after a restart);
+ * index_object_insert does it for objects whose key is set. */
+int index_key_insert(struct index *idx, struct object *o);
+/* Calls fn for every committed object with a known key. */
+void index_each_key(struct index *idx, void (*fn)(void *ctx, struct object *o), void *ctx);
+
 /* Objects being published under a name that has no committed object yet:
  * while one is pending, the absence of its name must not be cached. */
 int index_pending_add(struct index *idx, struct version *v, struct object *o);

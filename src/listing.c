@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "info.h"
+#include "key.h"
 #include "listing.h"
 #include "weights.h"
 
@@ -67,7 +68,17 @@ static void add_version(void *ctx, struct version *v)
 {
 	struct listing *l = ctx;
 
-	add(l, v->name, node_id(l->t, &v->node), DT_DIR);
+	if (!v->keyonly) /* its objects are listed under .keys */
+		add(l, v->name, node_id(l->t, &v->node), DT_DIR);
+}
+
+static void add_key(void *ctx, struct object *o)
+{
+	struct listing *l = ctx;
+	char name[65];
+
+	key_hex(o->key, 32, name);
+	add(l, name, node_id(l->t, &o->keynode), DT_REG);
 }
 
 static void add_object(void *ctx, struct object *o)
@@ -95,6 +106,7 @@ int listing_open(struct tree *t, struct node *dir, struct handle **h)
 	switch (dir->type) {
 	case NODE_ROOT:
 		add(l, ARTFS_INFO_DIR, node_id(t, &t->info_dir), DT_DIR);
+		add(l, ARTFS_KEYS_DIR, node_id(t, &t->keys_dir), DT_DIR);
 		pthread_mutex_lock(&t->lock);
 		index_each_version(&t->idx, add_version, l);
 		pthread_mutex_unlock(&t->lock);
@@ -117,6 +129,14 @@ int listing_open(struct tree *t, struct node *dir, struct handle **h)
 	}
 	case NODE_WEIGHTS_DIR:
 		weights_list(t, dir, add_named, l);
+		break;
+	case NODE_KEYS_DIR:
+		/* Every key (.put and .get are not listed, like .materialize). */
+		if (t->sizing)
+			sizing_wait(t);
+		pthread_mutex_lock(&t->lock);
+		index_each_key(&t->idx, add_key, l);
+		pthread_mutex_unlock(&t->lock);
 		break;
 	default:
 		l->error = -ENOTDIR;

@@ -356,31 +356,13 @@ static int resolve(struct tree *t, struct mat *m, const struct materialize_reque
 	return 0;
 }
 
-/* Room for len more bytes held by open .materialize files, under
- * materialize_max=. */
-static bool budget_take(struct tree *t, uint64_t len)
-{
-	uint64_t held = atomic_load(&t->materialize_held);
-
-	do {
-		if (len > t->cfg->materialize_max || held > t->cfg->materialize_max - len)
-			return false;
-	} while (!atomic_compare_exchange_weak(&t->materialize_held, &held, held + len));
-	return true;
-}
-
-static void budget_give(struct tree *t, uint64_t len)
-{
-	atomic_fetch_sub(&t->materialize_held, len);
-}
-
 /* The result lives in its own mapping, so that close gives it back to the
  * system rather than to the heap. */
 static void result_free(struct tree *t, struct mat *m)
 {
 	if (m->out) {
 		munmap(m->out, m->out_map);
-		budget_give(t, m->out_map);
+		transaction_memory_give(t, m->out_map);
 	}
 	m->out = NULL;
 	m->out_len = m->out_map = 0;
@@ -461,7 +443,7 @@ static int run(struct tree *t, struct mat *m)
 	size_t len = (size_t)hl + (size_t)payload;
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	size_t map = (len + page - 1) / page * page;
-	if (!budget_take(t, map)) {
+	if (!transaction_memory_take(t, map)) {
 		counter_inc(&t->metrics.materialize_refused);
 		rc = fail(m, -ENOMEM, "a %zu-byte result would exceed materialize_max=%" PRIu64
 			  " (%" PRIu64 " bytes held by open .materialize files)", len,
@@ -471,7 +453,7 @@ static int run(struct tree *t, struct mat *m)
 	m->out = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m->out == MAP_FAILED) {
 		m->out = NULL;
-		budget_give(t, map);
+		transaction_memory_give(t, map);
 		rc = fail(m, -ENOMEM, "no memory for a %zu-byte result", len);
 		goto out;
 	}
@@ -541,10 +523,10 @@ static int materialize_write(struct tree *t, struct handle *h, uint64_t off, con
 			while (cap < m->text_len + len)
 				cap *= 2;
 			char *grown = NULL;
-			if (budget_take(t, cap - m->text_cap)) {
+			if (transaction_memory_take(t, cap - m->text_cap)) {
 				grown = realloc(m->text, cap);
 				if (!grown)
-					budget_give(t, cap - m->text_cap);
+					transaction_memory_give(t, cap - m->text_cap);
 			}
 			if (!grown)
 				rc = -ENOMEM;
@@ -606,7 +588,7 @@ static void materialize_release(struct tree *t, struct handle *h)
 	node_unref(&m->ver->node, 1);
 	pthread_mutex_destroy(&m->mu);
 	result_free(t, m);
-	budget_give(t, m->text_held);
+	transaction_memory_give(t, m->text_held);
 	free(m->text);
 	free(m);
 }

@@ -51,7 +51,7 @@ static int check_identity(struct tree *t, struct version *ver, const char *name,
 {
 	char key[ARTFS_KEY_LEN + 1], why[160];
 
-	key_derive(ver->name, hash, hash_len, key);
+	version_object_key(ver, hash, hash_len, key);
 	if (strcmp(key, env->key) != 0)
 		return corrupt(t, ver, name, "its key is not the key of its path");
 	if (envelope_total_len(env) != file_size) {
@@ -102,6 +102,54 @@ int object_read_meta(struct tree *t, struct version *ver, const uint8_t *hash, s
 	int rc = read_header(t, ver, fd, name, hash, hash_len, env);
 	close(fd);
 	return rc;
+}
+
+int object_load_envelope(struct tree *t, struct version *ver, const uint8_t *hash,
+			 size_t hash_len, uint8_t *dst, size_t size)
+{
+	char name[ARTFS_HASH_HEX_MAX + 1], detail[160];
+	struct envelope env;
+	struct stat st;
+	uint8_t digest[32];
+
+	key_hex(hash, hash_len, name);
+	int fd = open_stored(t, ver, name);
+	if (fd < 0)
+		return fd;
+	int rc = 0;
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != size)
+		rc = corrupt(t, ver, name, "its size changed since it was indexed");
+	else if (store_pread_all(fd, dst, size, 0) < 0)
+		rc = corrupt(t, ver, name, "short read");
+	close(fd);
+	if (rc < 0)
+		return rc;
+	if (envelope_parse(dst, size, &env, detail, sizeof(detail)))
+		return corrupt(t, ver, name, detail);
+	rc = check_identity(t, ver, name, hash, hash_len, &env, size);
+	if (rc < 0)
+		return rc;
+	sha256_once(dst + ENVELOPE_PREFIX_LEN + env.header_len, env.payload_len, digest);
+	counter_inc(&t->metrics.verifications);
+	if (memcmp(digest, env.payload_sha256, 32) != 0)
+		return corrupt(t, ver, name, "payload does not match payload_sha256");
+	return 0;
+}
+
+int object_envelope_size(struct tree *t, struct object *o, uint64_t *size)
+{
+	char name[ARTFS_HASH_HEX_MAX + 1];
+	struct stat st;
+
+	*size = atomic_load(&o->file_size);
+	if (*size != OBJECT_SIZE_UNKNOWN)
+		return 0;
+	object_name(o, name); /* counted at a restart, not yet sized */
+	int rc = store_object_stat(o->ver->dirfd, name, &st);
+	if (rc < 0)
+		return rc == -ENOENT ? rc : corrupt(t, o->ver, name, "not a regular file");
+	*size = (uint64_t)st.st_size;
+	return 0;
 }
 
 #define VERIFY_CHUNK (1u << 20)

@@ -21,6 +21,16 @@ int object_read_meta(struct tree *t, struct version *ver, const uint8_t *hash, s
 int object_verify(struct tree *t, struct version *ver, const uint8_t *hash, size_t hash_len,
 		  const struct envelope *expect, uint8_t *dst);
 
+/* Reads the stored <ver>/<hash> whole into dst (size bytes, its envelope
+ * size) and verifies it: well-formed, the key of its name, its payload
+ * against payload_sha256. 0, -ENOENT, resource errors, or -EIO (logged,
+ * counted). */
+int object_load_envelope(struct tree *t, struct version *ver, const uint8_t *hash,
+			 size_t hash_len, uint8_t *dst, size_t size);
+
+/* The envelope size of a committed object (its store file's size). */
+int object_envelope_size(struct tree *t, struct object *o, uint64_t *size);
+
 /* Makes o->npy_size known (read from the store after a restart). */
 int object_know_size(struct tree *t, struct object *o);
 

@@ -1,6 +1,8 @@
 #include "autoconf.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,9 @@ struct publish {
 	 * comparison made then (0 identical, -EEXIST different). */
 	bool onto_existing;
 	int existing_result;
+	/* The key is held by an object that has only a key (published through
+	 * .keys/): an identical publish by path gives it this name. */
+	struct object *adopt;        /* referenced */
 	uint64_t reserved;           /* bytes of t->bytes_reserved held: those received */
 	bool pending;                /* obj is in its version's pending table */
 	bool finished;               /* result is final */
@@ -92,12 +97,30 @@ static int fail(struct tree *t, struct publish *u, int err, const char *what)
 	return err;
 }
 
+/* The committed object that holds this publish's key, referenced: by its
+ * name, or by its key (objects counted at a restart get their key a little
+ * later; until then their name finds them). */
+static struct object *existing(struct tree *t, struct publish *u)
+{
+	uint8_t key[32];
+
+	key_sha256_decode(u->key + sizeof(ARTFS_KEY_PREFIX) - 1, key);
+	pthread_mutex_lock(&t->lock);
+	struct object *o = index_object_find(&t->idx, u->ver, u->obj->hash, u->obj->hash_len);
+	if (!o)
+		o = index_key_find(&t->idx, key);
+	if (o)
+		node_ref(&o->node);
+	pthread_mutex_unlock(&t->lock);
+	return o;
+}
+
 /* The key already holds an object: identical content is 0, different
  * content -EEXIST (logged with both checksums). */
-static int compare_existing(struct tree *t, struct publish *u)
+static int compare_existing(struct tree *t, struct publish *u, struct object *o)
 {
 	struct envelope old;
-	int rc = object_read_meta(t, u->ver, u->obj->hash, u->obj->hash_len, &old);
+	int rc = object_read_meta(t, o->ver, o->hash, o->hash_len, &old);
 
 	if (rc < 0) {
 		int res = resource_errno(rc);
@@ -139,7 +162,7 @@ int publish_begin(struct tree *t, struct object *obj, struct handle **h)
 	u->ver = obj->ver;
 	u->tmp.fd = -1;
 	object_name(obj, u->name);
-	key_derive(u->ver->name, obj->hash, obj->hash_len, u->key);
+	version_object_key(u->ver, obj->hash, obj->hash_len, u->key);
 
 	pthread_mutex_lock(&t->lock);
 	if (u->ver->removed) { /* collected or removed since the lookup */
@@ -184,13 +207,6 @@ static int make_room(struct tree *t, struct publish *u, uint64_t n, bool reserve
 	}
 }
 
-static bool key_committed(struct tree *t, struct publish *u)
-{
-	pthread_mutex_lock(&t->lock);
-	bool found = index_object_find(&t->idx, u->ver, u->obj->hash, u->obj->hash_len) != NULL;
-	pthread_mutex_unlock(&t->lock);
-	return found;
-}
 
 static int no_space(struct tree *t, struct publish *u)
 {
@@ -227,11 +243,16 @@ static int accept_header(struct tree *t, struct publish *u)
 	u->have_header = true;
 	if (sha256_begin(&u->sha) < 0)
 		return fail(t, u, -ENOMEM, "out of memory");
-	if (key_committed(t, u)) {
+	struct object *old = existing(t, u);
+	if (old) {
 		/* Decided now, against what is stored; the payload only has to
 		 * hash to what the header says. Needs no room, stores nothing. */
 		u->onto_existing = true;
-		u->existing_result = compare_existing(t, u);
+		u->existing_result = compare_existing(t, u, old);
+		if (u->existing_result == 0 && old->ver->keyonly && !u->ver->keyonly)
+			u->adopt = old;
+		else
+			node_unref(&old->node, 1);
 		return 0;
 	}
 	/* Refused at once when the whole object cannot fit now. */
@@ -366,6 +387,56 @@ static int publish_write(struct tree *t, struct handle *h, uint64_t off, const v
 	return rc < 0 ? rc : (int)len;
 }
 
+/* An identical publish by path of an object that had only a key: the
+ * object moves to its name (one file, one charge), and is then reachable
+ * under both. */
+static int adopt(struct tree *t, struct publish *u)
+{
+	struct object *old = u->adopt, *o = u->obj;
+	char from[ARTFS_HASH_HEX_MAX + 1];
+	int rc;
+
+	u->adopt = NULL;
+	object_name(old, from);
+	node_ref(&o->node);
+	memcpy(o->key, old->key, 32);
+	o->keyed = true;
+	atomic_store(&o->file_size, atomic_load(&old->file_size));
+	atomic_store(&o->npy_size, atomic_load(&old->npy_size));
+	pthread_mutex_lock(&t->lock);
+	if (old->state != OBJECT_COMMITTED) {
+		rc = -EAGAIN; /* removed meanwhile */
+	} else if (renameat(old->ver->dirfd, from, u->ver->dirfd, u->name) < 0) {
+		rc = -errno;
+	} else {
+		uint64_t bytes = atomic_load(&o->file_size);
+		index_object_remove(&t->idx, old->ver, old);
+		old->ver->bytes -= bytes;
+		rc = index_object_insert(&t->idx, u->ver, o);
+		if (rc == 0)
+			u->ver->bytes += bytes;
+		else { /* out of memory: the object is gone from the index */
+			t->objects--;
+			t->bytes_used -= bytes;
+		}
+	}
+	if (u->pending) {
+		index_pending_remove(&t->idx, u->ver, u->obj);
+		u->pending = false;
+	}
+	pthread_mutex_unlock(&t->lock);
+	node_unref(&old->node, 1);
+	node_unref(&o->node, 1);
+	if (rc == -EAGAIN)
+		return count_existing(t, -EIO);
+	if (rc < 0)
+		return fail(t, u, rc == -ENOMEM ? rc : -EIO, "cannot give a key-only object its name");
+	counter_inc(&t->metrics.republish_identical);
+	log_debug("publish %s/%s: the key-only object %s now has this name", u->ver->name,
+		  u->name, from);
+	return 0;
+}
+
 /* Links the verified file into place and indexes it. */
 static int commit(struct tree *t, struct publish *u)
 {
@@ -373,23 +444,32 @@ static int commit(struct tree *t, struct publish *u)
 	uint64_t npy_size;
 	int rc;
 
+	if (u->adopt)
+		return adopt(t, u);
 	if (u->onto_existing)
 		return count_existing(t, u->existing_result);
-	if (key_committed(t, u)) /* a concurrent publish of the same key won */
-		return count_existing(t, compare_existing(t, u));
+	struct object *old = existing(t, u); /* a concurrent publish of the same key won */
+	if (old) {
+		rc = compare_existing(t, u, old);
+		node_unref(&old->node, 1);
+		return count_existing(t, rc);
+	}
+	npy_file_size(&u->env.array, &npy_size);
+	store_mark_npy_size(u->tmp.fd, npy_size); /* a restart knows its size from this */
 	rc = store_tmp_link(u->ver->dirfd, &u->tmp, u->name);
 	if (rc == -EEXIST)
-		return count_existing(t, compare_existing(t, u));
+		return count_existing(t, -EEXIST);
 	if (rc < 0 || fstat(u->tmp.fd, &st) < 0) {
 		char what[128];
 		snprintf(what, sizeof(what), "cannot link into the store: %s",
 			 strerror(rc < 0 ? -rc : errno));
 		return fail(t, u, -EIO, what);
 	}
-	npy_file_size(&u->env.array, &npy_size);
 
 	struct object *o = u->obj; /* a fresh node from create, never indexed before */
 	node_ref(&o->node);
+	key_sha256_decode(u->key + sizeof(ARTFS_KEY_PREFIX) - 1, o->key);
+	o->keyed = true;
 	o->file_size = u->total;
 	atomic_store(&o->npy_size, npy_size);
 	atomic_store(&o->ctime_ns, (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec);
@@ -500,6 +580,8 @@ static void publish_release(struct tree *t, struct handle *h)
 		reject(t, u, ENVELOPE_TRUNCATED, d);
 	}
 	drop_data(t, u);
+	if (u->adopt)
+		node_unref(&u->adopt->node, 1);
 	pthread_mutex_lock(&t->lock);
 	if (u->pending)
 		index_pending_remove(&t->idx, u->ver, u->obj);

@@ -32,7 +32,8 @@ static int scan_object(void *ctx, const char *name, unsigned char d_type)
 		s->dropped++;
 		return 0;
 	}
-	if (key_hash_decode(name, hash, &len) < 0 || (d_type != DT_REG && d_type != DT_UNKNOWN)) {
+	if (key_hash_decode(name, hash, &len) < 0 || (v->keyonly && len != 32) ||
+	    (d_type != DT_REG && d_type != DT_UNKNOWN)) {
 		log_warn("store: ignoring %s/%s: not an object name", v->name, name);
 		s->skipped++;
 		return 0;
@@ -41,6 +42,10 @@ static int scan_object(void *ctx, const char *name, unsigned char d_type)
 	if (!o)
 		return -ENOMEM;
 	atomic_store(&o->file_size, OBJECT_SIZE_UNKNOWN);
+	if (v->keyonly) { /* named by its key: indexed by key at once */
+		memcpy(o->key, hash, 32);
+		o->keyed = true;
+	}
 	int rc = index_object_insert(&s->t->idx, v, o);
 	node_unref(&o->node, 1);
 	if (rc < 0)
@@ -55,7 +60,8 @@ static int scan_version(void *ctx, const char *name, unsigned char d_type)
 	struct tree *t = s->t;
 	struct stat st;
 
-	if (!key_version_name_valid(name) || (d_type != DT_DIR && d_type != DT_UNKNOWN)) {
+	bool keyonly = strcmp(name, KEYONLY_VERSION) == 0;
+	if ((!keyonly && !key_version_name_valid(name)) || (d_type != DT_DIR && d_type != DT_UNKNOWN)) {
 		log_warn("store: ignoring v/%s: not a weight version directory", name);
 		return 0;
 	}
@@ -71,6 +77,7 @@ static int scan_version(void *ctx, const char *name, unsigned char d_type)
 		close(fd);
 		return -ENOMEM;
 	}
+	v->keyonly = keyonly;
 	/* A restart counts as activity: ttl runs from now, not from before. */
 	atomic_store(&v->last_active, t->started);
 	int rc = index_version_insert(&t->idx, v);
@@ -155,12 +162,21 @@ static void collect_unsized(void *ctx, struct object *o)
 	u->o[u->n++] = o;
 }
 
+/* A committed object's .npy size, kept in its store file's mtime when it
+ * fits (tv_sec STORE_NPY_MARK, tv_nsec the size), so that a restart knows it
+ * without reading the header. */
+static uint64_t npy_size_of(const struct stat *st)
+{
+	return st->st_mtim.tv_sec == STORE_NPY_MARK ? (uint64_t)st->st_mtim.tv_nsec : 0;
+}
+
 static void size_version(struct sizer *z, struct version *v)
 {
 	struct tree *t = z->t;
 	struct unsized u = { 0 };
-	char name[ARTFS_HASH_HEX_MAX + 1];
-	uint64_t sizes[SIZE_BATCH];
+	char name[ARTFS_HASH_HEX_MAX + 1], key[ARTFS_KEY_LEN + 1];
+	uint64_t sizes[SIZE_BATCH], npy[SIZE_BATCH];
+	uint8_t (*keys)[32] = malloc(SIZE_BATCH * 32);
 	struct stat st;
 
 	pthread_mutex_lock(&t->lock);
@@ -170,9 +186,15 @@ static void size_version(struct sizer *z, struct version *v)
 	for (size_t i = 0; i < u.n; i += SIZE_BATCH) {
 		size_t n = u.n - i < SIZE_BATCH ? u.n - i : SIZE_BATCH;
 		for (size_t k = 0; k < n; k++) {
-			object_name(u.o[i + k], name);
-			sizes[k] = !t->sizing_stop && store_object_stat(v->dirfd, name, &st) == 0
-					   ? (uint64_t)st.st_size : OBJECT_SIZE_UNKNOWN;
+			struct object *o = u.o[i + k];
+			object_name(o, name);
+			bool ok = !t->sizing_stop && store_object_stat(v->dirfd, name, &st) == 0;
+			sizes[k] = ok ? (uint64_t)st.st_size : OBJECT_SIZE_UNKNOWN;
+			npy[k] = ok ? npy_size_of(&st) : 0;
+			if (keys && !o->keyed) { /* the key index learns it here */
+				version_object_key(v, o->hash, o->hash_len, key);
+				key_sha256_decode(key + sizeof(ARTFS_KEY_PREFIX) - 1, keys[k]);
+			}
 		}
 		pthread_mutex_lock(&t->lock);
 		for (size_t k = 0; k < n; k++) {
@@ -181,6 +203,13 @@ static void size_version(struct sizer *z, struct version *v)
 			    atomic_load(&o->file_size) != OBJECT_SIZE_UNKNOWN)
 				continue;
 			atomic_store(&o->file_size, sizes[k]);
+			if (npy[k] && !atomic_load(&o->npy_size))
+				atomic_store(&o->npy_size, npy[k]);
+			if (keys && !o->keyed) {
+				memcpy(o->key, keys[k], 32);
+				if (index_key_insert(&t->idx, o) < 0)
+					log_err("store: no memory to index the key of %s/%s", v->name, name);
+			}
 			t->bytes_used += sizes[k];
 			v->bytes += sizes[k];
 			atomic_fetch_add(&z->objects, 1);
@@ -191,6 +220,7 @@ static void size_version(struct sizer *z, struct version *v)
 	for (size_t i = 0; i < u.n; i++)
 		node_unref(&u.o[i]->node, 1);
 	free(u.o);
+	free(keys);
 }
 
 static void *sizer_main(void *arg)

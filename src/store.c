@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -346,4 +347,15 @@ int store_list(int dirfd, store_entry_fn fn, void *ctx)
 	}
 	closedir(d);
 	return rc;
+}
+
+int store_mark_npy_size(int fd, uint64_t npy_size)
+{
+	if (npy_size == 0 || npy_size >= 1000000000u)
+		return 0;
+	struct timespec ts[2] = {
+		{ .tv_sec = 0, .tv_nsec = UTIME_OMIT },
+		{ .tv_sec = STORE_NPY_MARK, .tv_nsec = (long)npy_size },
+	};
+	return futimens(fd, ts) < 0 ? -errno : 0;
 }

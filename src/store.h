@@ -11,6 +11,7 @@
 #define ARTFS_STORE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 
@@ -21,6 +22,13 @@ struct store {
 	int trash_fd;   /* <store>/trash: versions being deleted */
 	int lock_fd;
 };
+
+/* mtime.tv_sec of a committed object file whose tv_nsec holds the size of
+ * the .npy it serves (written at commit when it fits, read at a restart). */
+#define STORE_NPY_MARK 1
+
+/* Marks a committed object file with its .npy size (when below 1e9). */
+int store_mark_npy_size(int fd, uint64_t npy_size);
 
 /* A temporary object file, unnamed (O_TMPFILE) or, where the file system
  * lacks that, named ".tmp.*" (dropped again by store_scan_objects). */

@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include "control.h"
+#include "get.h"
+#include "keys.h"
+#include "put.h"
 #include "info.h"
 #include "key.h"
 #include "listing.h"
@@ -43,6 +46,9 @@ int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen
 		t->info_files[i].type = NODE_INFO_FILE;
 		t->info_files[i].sub = (uint8_t)i;
 	}
+	t->keys_dir.type = NODE_KEYS_DIR;
+	t->keys_put.type = NODE_PUT;
+	t->keys_get.type = NODE_GET;
 	int rc = store_open(&t->store, cfg->store, err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -105,6 +111,24 @@ static struct version *version_of_materialize(struct node *n)
 	return (struct version *)((char *)n - offsetof(struct version, materialize));
 }
 
+static struct version *version_of_put(struct node *n)
+{
+	return (struct version *)((char *)n - offsetof(struct version, put));
+}
+
+static struct object *object_of_key(struct node *n)
+{
+	return (struct object *)((char *)n - offsetof(struct object, keynode));
+}
+
+/* A per-open transaction file (.materialize, .put, .get): any user who may
+ * enter its directory may use it, whatever umask=. */
+static void transaction_stat(struct tree *t, struct node *n, struct stat *st)
+{
+	stat_common(t, n, st, S_IFREG);
+	st->st_mode = S_IFREG | 0666;
+}
+
 static void version_stat(struct tree *t, struct version *v, struct stat *st)
 {
 	stat_common(t, &v->node, st, S_IFDIR | 0777);
@@ -142,11 +166,37 @@ int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeou
 	case NODE_MATERIALIZE:
 		if (version_of_materialize(n)->removed)
 			return -ENOENT;
-		/* A per-open transaction that changes nothing in the store: any
-		 * user who may enter the version may use it, whatever umask=. */
-		stat_common(t, n, st, S_IFREG);
-		st->st_mode = S_IFREG | 0666;
+		transaction_stat(t, n, st);
 		return 0;
+	case NODE_PUT:
+		if (n != &t->keys_put && version_of_put(n)->removed)
+			return -ENOENT;
+		transaction_stat(t, n, st);
+		return 0;
+	case NODE_GET:
+		transaction_stat(t, n, st);
+		return 0;
+	case NODE_KEYS_DIR:
+		stat_common(t, n, st, S_IFDIR | 0777);
+		*timeout = DIR_ATTR_TIMEOUT;
+		return 0;
+	case NODE_KEY: {
+		/* The envelope as published: its size is the store file's. */
+		struct object *o = object_of_key(n);
+		uint64_t size = atomic_load(&o->file_size);
+		if (o->state == OBJECT_COMMITTED) {
+			int rc = object_envelope_size(t, o, &size);
+			if (rc < 0)
+				return rc;
+		}
+		tree_object_stat(t, o, st);
+		st->st_ino = node_id(t, n);
+		st->st_size = (off_t)size;
+		st->st_blocks = (blkcnt_t)((size + 511) / 512);
+		if (o->state == OBJECT_PUBLISHING)
+			*timeout = UPLOAD_ATTR_TIMEOUT;
+		return 0;
+	}
 	case NODE_OBJECT: {
 		struct object *o = (struct object *)n;
 		if (o->state == OBJECT_COMMITTED) {
@@ -167,13 +217,14 @@ int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeou
 int tree_setattr(struct tree *t, struct node *n, unsigned to_set, const struct stat *in,
 		 struct stat *out, double *timeout)
 {
-	bool command_file = n->type == NODE_MATERIALIZE ||
+	bool command_file = n->type == NODE_MATERIALIZE || n->type == NODE_PUT ||
+			    n->type == NODE_GET ||
 			    (n->type == NODE_INFO_FILE && n->sub == INFO_CONTROL);
 	if (command_file && to_set == TREE_SET_SIZE && in->st_size == 0)
 		return tree_getattr(t, n, out, timeout); /* open(O_TRUNC): nothing to cut */
-	if (n->type != NODE_OBJECT)
+	if (n->type != NODE_OBJECT && n->type != NODE_KEY)
 		return -EPERM;
-	struct object *o = (struct object *)n;
+	struct object *o = n->type == NODE_KEY ? object_of_key(n) : (struct object *)n;
 	if (to_set & (TREE_SET_MODE | TREE_SET_UID | TREE_SET_GID))
 		return -EPERM;
 	if (to_set & TREE_SET_SIZE) {
@@ -209,9 +260,10 @@ static int positive(struct tree *t, struct node *n, struct tree_entry *e)
 	}
 	e->node = n;
 	e->attr_timeout = timeout;
-	e->entry_timeout = n->type == NODE_OBJECT && ((struct object *)n)->state == OBJECT_PUBLISHING
-				   ? 0
-				   : CACHE_FOREVER;
+	bool publishing = (n->type == NODE_OBJECT &&
+			   ((struct object *)n)->state == OBJECT_PUBLISHING) ||
+			  (n->type == NODE_KEY && object_of_key(n)->state == OBJECT_PUBLISHING);
+	e->entry_timeout = publishing ? 0 : CACHE_FOREVER;
 	return 0;
 }
 
@@ -250,6 +302,10 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 			node_ref(&t->info_dir);
 			return positive(t, &t->info_dir, e);
 		}
+		if (strcmp(name, ARTFS_KEYS_DIR) == 0) {
+			node_ref(&t->keys_dir);
+			return positive(t, &t->keys_dir, e);
+		}
 		if (!key_version_name_valid(name))
 			return negative(e, CACHE_FOREVER); /* can never exist */
 		struct version *v = find_version(t, name);
@@ -269,6 +325,10 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 		if (strcmp(name, ARTFS_MATERIALIZE_NAME) == 0) {
 			node_ref(&v->materialize);
 			return positive(t, &v->materialize, e);
+		}
+		if (strcmp(name, ARTFS_PUT_NAME) == 0) {
+			node_ref(&v->put);
+			return positive(t, &v->put, e);
 		}
 		if (strcmp(name, "weights") == 0) {
 			/* Appears and goes through the control file, not through the
@@ -291,6 +351,30 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 		if (o)
 			return positive(t, &o->node, e);
 		return negative(e, pending ? 0 : CACHE_FOREVER);
+	}
+	case NODE_KEYS_DIR: {
+		if (strcmp(name, ARTFS_PUT_NAME) == 0) {
+			node_ref(&t->keys_put);
+			return positive(t, &t->keys_put, e);
+		}
+		if (strcmp(name, ARTFS_GET_NAME) == 0) {
+			node_ref(&t->keys_get);
+			return positive(t, &t->keys_get, e);
+		}
+		uint8_t key[32];
+		if (strlen(name) != 64 || key_sha256_decode(name, key) < 0)
+			return negative(e, CACHE_FOREVER);
+		/* A key's object may come from a publish under any name: its
+		 * absence is never cached. Keys of a restarted store are known
+		 * once its objects are counted. */
+		if (t->sizing)
+			sizing_wait(t);
+		pthread_mutex_lock(&t->lock);
+		struct object *o = index_key_find(&t->idx, key);
+		if (o)
+			node_ref(&o->keynode);
+		pthread_mutex_unlock(&t->lock);
+		return o ? positive(t, &o->keynode, e) : negative(e, 0);
 	}
 	case NODE_WEIGHTS_DIR: {
 		struct node *n;
@@ -330,7 +414,7 @@ int tree_rmdir(struct tree *t, struct node *parent, const char *name)
 {
 	if (parent->type != NODE_ROOT)
 		return parent->type == NODE_VERSION ? -ENOENT : -EPERM;
-	if (strcmp(name, ARTFS_INFO_DIR) == 0)
+	if (strcmp(name, ARTFS_INFO_DIR) == 0 || strcmp(name, ARTFS_KEYS_DIR) == 0)
 		return -EPERM;
 	int rc = 0;
 	bool stray = false;
@@ -358,26 +442,23 @@ int tree_rmdir(struct tree *t, struct node *parent, const char *name)
 	return rc;
 }
 
-int tree_unlink(struct tree *t, struct node *parent, const char *name)
+/* Removes a committed object under both its names (the administrator's
+ * clean-up): found by its name in v, or (v NULL) by its key. */
+static int remove_object(struct tree *t, struct version *v, const uint8_t *hash, size_t len,
+			 const uint8_t *key)
 {
-	uint8_t hash[ARTFS_HASH_BYTES_MAX];
-	size_t len;
-
-	if (parent->type != NODE_VERSION)
-		return parent->type == NODE_ROOT ? -EISDIR : -EPERM;
-	struct version *v = (struct version *)parent;
-	if (strcmp(name, ARTFS_MATERIALIZE_NAME) == 0)
-		return -EPERM;
-	if (key_hash_decode(name, hash, &len) < 0)
-		return -ENOENT;
+	char name[ARTFS_HASH_HEX_MAX + 1];
 	int rc = 0;
 	uint64_t bytes = 0;
+
 	pthread_mutex_lock(&t->lock);
-	struct object *o = index_object_find(&t->idx, v, hash, len);
+	struct object *o = v ? index_object_find(&t->idx, v, hash, len) : index_key_find(&t->idx, key);
 	if (!o)
 		rc = -ENOENT;
 	else {
 		struct stat st;
+		v = o->ver;
+		object_name(o, name);
 		bytes = atomic_load(&o->file_size);
 		if (bytes == OBJECT_SIZE_UNKNOWN) { /* found at start, not sized yet */
 			bytes = store_object_stat(v->dirfd, name, &st) == 0 ? (uint64_t)st.st_size : 0;
@@ -397,12 +478,35 @@ int tree_unlink(struct tree *t, struct node *parent, const char *name)
 	if (rc == 0) {
 		counter_inc(&t->metrics.unlinks);
 		log_debug("unlink %s/%s: object removed (%llu bytes)", v->name, name,
-			 (unsigned long long)bytes);
+			  (unsigned long long)bytes);
 	} else if (rc != -ENOENT) {
 		log_err("unlink %s/%s: %s", v->name, name, strerror(-rc));
 		rc = -EIO;
 	}
 	return rc;
+}
+
+int tree_unlink(struct tree *t, struct node *parent, const char *name)
+{
+	uint8_t hash[ARTFS_HASH_BYTES_MAX];
+	size_t len;
+
+	if (parent->type == NODE_KEYS_DIR) {
+		if (strlen(name) != 64 || key_sha256_decode(name, hash) < 0)
+			return strcmp(name, ARTFS_PUT_NAME) && strcmp(name, ARTFS_GET_NAME) ? -ENOENT
+											     : -EPERM;
+		if (t->sizing)
+			sizing_wait(t);
+		return remove_object(t, NULL, NULL, 0, hash);
+	}
+	if (parent->type != NODE_VERSION)
+		return parent->type == NODE_ROOT ? -EISDIR : -EPERM;
+	struct version *v = (struct version *)parent;
+	if (strcmp(name, ARTFS_MATERIALIZE_NAME) == 0 || strcmp(name, ARTFS_PUT_NAME) == 0)
+		return -EPERM;
+	if (key_hash_decode(name, hash, &len) < 0)
+		return -ENOENT;
+	return remove_object(t, v, hash, len, NULL);
 }
 
 int tree_statfs(struct tree *t, struct statvfs *sv)
@@ -425,6 +529,28 @@ int tree_statfs(struct tree *t, struct statvfs *sv)
 
 /* ---- files -------------------------------------------------------------- */
 
+/* A fresh object o (its creation reference becomes the kernel's on shown,
+ * the node the create answers with) and its publish. */
+static int begin_publish(struct tree *t, struct object *o, struct node *shown,
+			 struct tree_entry *e, struct handle **h, struct open_reply *r)
+{
+	int rc = publish_begin(t, o, h);
+
+	if (rc < 0) {
+		node_unref(&o->node, 1);
+		return rc;
+	}
+	r->direct_io = true; /* the bytes written are not the bytes read */
+	rc = positive(t, shown, e);
+	if (rc < 0) {
+		publish_discard(*h);
+		handle_put(t, *h);
+		return rc;
+	}
+	handle_register(*h);
+	return 0;
+}
+
 int tree_create(struct tree *t, struct node *parent, const char *name, int flags,
 		struct tree_entry *e, struct handle **h, struct open_reply *r)
 {
@@ -432,15 +558,41 @@ int tree_create(struct tree *t, struct node *parent, const char *name, int flags
 	size_t len;
 
 	memset(e, 0, sizeof(*e));
+	struct version *v;
+	struct object *o;
+	if (parent->type == NODE_KEYS_DIR) {
+		/* Publishing by key: the object has only its key until the same
+		 * content is published by path. */
+		if (strlen(name) != 64 || key_sha256_decode(name, hash) < 0) {
+			log_warn("create .keys/%.200s: not a key (64 lowercase hex digits)", name);
+			return -EINVAL;
+		}
+		len = 32;
+		if (t->sizing)
+			sizing_wait(t);
+		pthread_mutex_lock(&t->lock);
+		bool held = index_key_find(&t->idx, hash) != NULL;
+		pthread_mutex_unlock(&t->lock);
+		if (held && (flags & O_EXCL))
+			return -EEXIST;
+		int rc = version_keyonly(t, &v);
+		if (rc < 0)
+			return rc;
+		o = object_new(v, hash, len);
+		node_unref(&v->node, 1);
+		if (!o)
+			return -ENOMEM;
+		return begin_publish(t, o, &o->keynode, e, h, r);
+	}
 	if (parent->type != NODE_VERSION)
 		return -EPERM; /* only R3 objects are files one can create */
-	struct version *v = (struct version *)parent;
+	v = (struct version *)parent;
 	if (key_hash_decode(name, hash, &len) < 0) {
 		log_warn("create %s/%.200s: not a block hash name "
 			 "(2 to 128 lowercase hex digits, even length)", v->name, name);
 		return -EINVAL;
 	}
-	struct object *o = find_object(t, v, hash, len, NULL);
+	o = find_object(t, v, hash, len, NULL);
 	if (o) {
 		node_unref(&o->node, 1);
 		if (flags & O_EXCL)
@@ -452,20 +604,7 @@ int tree_create(struct tree *t, struct node *parent, const char *name, int flags
 	o = object_new(v, hash, len);
 	if (!o)
 		return -ENOMEM;
-	int rc = publish_begin(t, o, h);
-	if (rc < 0) {
-		node_unref(&o->node, 1);
-		return rc;
-	}
-	r->direct_io = true; /* the bytes written are not the bytes read */
-	rc = positive(t, &o->node, e);
-	if (rc < 0) {
-		publish_discard(*h);
-		handle_put(t, *h);
-		return rc;
-	}
-	handle_register(*h);
-	return 0;
+	return begin_publish(t, o, &o->node, e, h, r);
 }
 
 static int open_node(struct tree *t, struct node *n, int flags, struct handle **h,
@@ -508,6 +647,26 @@ static int open_node(struct tree *t, struct node *n, int flags, struct handle **
 			return -ENOENT;
 		return materialize_open(t, v, h, r);
 	}
+	case NODE_KEY: {
+		struct object *o = object_of_key(n);
+		if (o->state == OBJECT_REMOVED)
+			return -ESTALE; /* removed, or moved to its name, since the lookup */
+		if (o->state != OBJECT_COMMITTED)
+			return -ENOENT;
+		if (writing)
+			return -EACCES; /* as for objects: publish again through .keys/.put */
+		return keys_open(t, o, h, r);
+	}
+	case NODE_PUT: {
+		struct version *v = n == &t->keys_put ? NULL : version_of_put(n);
+		if (v && v->removed)
+			return -ENOENT;
+		return put_open(t, v, h, r);
+	}
+	case NODE_GET:
+		return get_open(t, h, r);
+	case NODE_KEYS_DIR:
+		return -EISDIR;
 	case NODE_ROOT:
 	case NODE_INFO_DIR:
 	case NODE_VERSION:
@@ -587,6 +746,8 @@ bool tree_release_quick(struct tree *t, struct handle *h)
 
 bool tree_opendir_quick(struct tree *t, struct node *n)
 {
+	if (n->type == NODE_KEYS_DIR)
+		return !t->sizing && t->idx.keys.count < 4096;
 	return n->type != NODE_VERSION || ((struct version *)n)->objects.count < 4096;
 }
 
@@ -627,6 +788,8 @@ void tree_releasedir(struct tree *t, struct handle *h)
 int tree_getxattr(struct tree *t, struct node *n, const char *name, char *buf, size_t cap,
 		  size_t *len)
 {
+	if (n->type == NODE_KEY)
+		n = &object_of_key(n)->node;
 	if (n->type != NODE_OBJECT || ((struct object *)n)->state != OBJECT_COMMITTED)
 		return -ENODATA;
 	return object_getxattr(t, (struct object *)n, name, buf, cap, len);
@@ -635,6 +798,8 @@ int tree_getxattr(struct tree *t, struct node *n, const char *name, char *buf, s
 int tree_listxattr(struct tree *t, struct node *n, char *buf, size_t cap, size_t *len)
 {
 	(void)t;
+	if (n->type == NODE_KEY)
+		n = &object_of_key(n)->node;
 	if (n->type != NODE_OBJECT || ((struct object *)n)->state != OBJECT_COMMITTED) {
 		*len = 0;
 		return 0;

@@ -20,6 +20,9 @@
 #define ARTFS_HASH_BYTES_MAX       (ARTFS_HASH_HEX_MAX / 2)
 #define ARTFS_INFO_DIR             ".artfs"
 #define ARTFS_MATERIALIZE_NAME     ".materialize"
+#define ARTFS_KEYS_DIR             ".keys"
+#define ARTFS_PUT_NAME             ".put"
+#define ARTFS_GET_NAME             ".get"
 
 /* Extended attributes of an R3 object (DESIGN.md §3.3). */
 #define ARTFS_XATTR_KEY            "user.artfs.key"

@@ -13,7 +13,7 @@ WV = "default"
 
 
 def test_empty_mount(mnt):
-    assert sorted(os.listdir(mnt.mountpoint)) == [".artfs"]
+    assert sorted(os.listdir(mnt.mountpoint)) == [".artfs", ".keys"]
     st = os.stat(mnt.mountpoint)
     assert stat.S_ISDIR(st.st_mode)
     assert sorted(os.listdir(mnt.path(".artfs"))) == ["config", "control", "metrics"]
@@ -45,7 +45,7 @@ def test_mkdir_existing_and_mkdir_p(mnt):
         os.mkdir(mnt.path(WV))
     subprocess.run(["mkdir", "-p", mnt.path(WV)], check=True)
     subprocess.run(["mkdir", "-p", mnt.path("other")], check=True)
-    assert sorted(os.listdir(mnt.mountpoint)) == [".artfs", WV, "other"]
+    assert sorted(os.listdir(mnt.mountpoint)) == [".artfs", ".keys", WV, "other"]
 
 
 def test_rmdir_and_rm_rf(mnt):

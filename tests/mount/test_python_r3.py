@@ -610,6 +610,7 @@ def test_batch_records_span_writes_and_a_truncated_last_record_is_ebadmsg(kmnt):
     with pytest.raises(FileNotFoundError):
         artfs.get_envelopes(keys[2:], mount=kmnt.mountpoint)
     # <wv>/.put: the hash line too may be cut anywhere.
+    os.makedirs(kmnt.path(WV), exist_ok=True)
     data = b"".join(h.encode() + b"\n" + e for h, e in zip(("aa", "bb", "cc"), envs))
     fd = os.open(kmnt.path(WV, ".put"), os.O_RDWR)
     try:

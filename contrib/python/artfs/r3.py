@@ -284,14 +284,25 @@ def publish(weight_version: str, block_hash: BlockHash, envelope: Envelope,
             mount: str | None = None) -> None:
     """Publishes one object as <wv>/<hash> (DESIGN.md §3.2): mkdir -p the
     version, open, write, close. Raises OSError with the daemon's errno:
-    EEXIST (the key holds other content), EBADMSG, ENOSPC, EFBIG, ..."""
+    EEXIST (the key holds other content), EBADMSG, ENOSPC, EFBIG, ...
+
+    A published object is read-only (artfs never opens it for writing), so
+    when the name exists already the same envelope goes through a
+    one-record <wv>/.put, which says 0 for identical content and EEXIST
+    for different: publishing is idempotent for every user."""
     name = _hash_name(block_hash)
     path = os.path.join(_mkdir_version(mount_point(mount), weight_version), name)
     what = f"publish of {key_of(weight_version, name)}"
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     except OSError as e:
-        raise _error(e.errno, what, path) from None
+        if e.errno != errno.EEXIST:
+            raise _error(e.errno, what, path) from None
+        try:
+            publish_many(weight_version, [(name, envelope)], mount, check=True)
+        except OSError as e2:
+            raise _error(e2.errno, what, path) from None
+        return
     try:
         _write_all(fd, envelope)
     except OSError as e:

@@ -1,0 +1,284 @@
+#include "autoconf.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "get.h"
+#include "key.h"
+#include "log.h"
+#include "object.h"
+
+struct get {
+	struct handle h;
+	pthread_mutex_t mu;
+	char *text;
+	size_t text_len, text_cap, text_held;
+	bool done;
+	int error;
+	uint8_t *out;             /* the envelopes, in their own mapping */
+	size_t out_len, out_map;
+};
+
+struct wanted {
+	struct object *o;         /* referenced */
+	uint64_t size, at;
+};
+
+static int fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int fail(int err, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_warn("get .keys: %s (%s)", msg, strerror(-err));
+	return err;
+}
+
+/* Parses the keys: 64 hex digits, optionally after vllm-artifact/; blank
+ * lines and surrounding spaces ignored. */
+static int parse(const char *text, size_t len, uint8_t (**keys)[32], size_t *count)
+{
+	size_t cap = 0, n = 0, lineno = 0;
+	uint8_t (*k)[32] = NULL;
+
+	for (size_t pos = 0; pos < len;) {
+		const char *nl = memchr(text + pos, '\n', len - pos);
+		size_t end = nl ? (size_t)(nl - text) : len, m = end - pos;
+		const char *s = text + pos;
+		lineno++;
+		pos = end + 1;
+		while (m && isspace((unsigned char)*s))
+			s++, m--;
+		while (m && isspace((unsigned char)s[m - 1]))
+			m--;
+		if (!m)
+			continue;
+		const size_t plen = sizeof(ARTFS_KEY_PREFIX) - 1;
+		if (m == plen + 64 && memcmp(s, ARTFS_KEY_PREFIX, plen) == 0)
+			s += plen, m -= plen;
+		char hex[65];
+		if (m != 64) {
+			free(k);
+			return fail(-EINVAL, "line %zu: not a key (64 hex digits)", lineno);
+		}
+		memcpy(hex, s, 64);
+		hex[64] = '\0';
+		if (n == cap) {
+			cap = cap ? cap * 2 : 64;
+			void *grown = realloc(k, cap * sizeof(*k));
+			if (!grown) {
+				free(k);
+				return -ENOMEM;
+			}
+			k = grown;
+		}
+		if (key_sha256_decode(hex, k[n]) < 0) {
+			free(k);
+			return fail(-EINVAL, "line %zu: not a key (64 lowercase hex digits)", lineno);
+		}
+		n++;
+	}
+	*keys = k;
+	*count = n;
+	return 0;
+}
+
+static void result_free(struct tree *t, struct get *g)
+{
+	if (g->out) {
+		munmap(g->out, g->out_map);
+		transaction_memory_give(t, g->out_map);
+	}
+	g->out = NULL;
+	g->out_len = g->out_map = 0;
+}
+
+static int run(struct tree *t, struct get *g)
+{
+	uint8_t (*keys)[32] = NULL;
+	size_t n = 0;
+	int rc = parse(g->text ? g->text : "", g->text_len, &keys, &n);
+
+	if (rc < 0)
+		return rc;
+	struct wanted *w = calloc(n ? n : 1, sizeof(*w));
+	if (!w) {
+		free(keys);
+		return -ENOMEM;
+	}
+	size_t missing = n;
+	pthread_mutex_lock(&t->lock);
+	for (size_t i = 0; i < n; i++) {
+		w[i].o = index_key_find(&t->idx, keys[i]);
+		if (w[i].o)
+			node_ref(&w[i].o->node);
+		else if (missing == n)
+			missing = i;
+	}
+	pthread_mutex_unlock(&t->lock);
+	char hex[65];
+	uint64_t total = 0;
+	if (missing < n) {
+		key_hex(keys[missing], 32, hex);
+		rc = fail(-ENOENT, "key %zu (%s) does not exist", missing, hex);
+		goto out;
+	}
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		rc = object_envelope_size(t, w[i].o, &w[i].size);
+		w[i].at = total;
+		total += w[i].size;
+	}
+	if (rc < 0)
+		goto out;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t map = (size_t)((total + page - 1) / page * page);
+	if (total && !transaction_memory_take(t, map)) {
+		counter_inc(&t->metrics.materialize_refused);
+		rc = fail(-ENOMEM, "a %" PRIu64 "-byte result would exceed materialize_max=%" PRIu64,
+			  total, t->cfg->materialize_max);
+		goto out;
+	}
+	if (total) {
+		g->out = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (g->out == MAP_FAILED) {
+			g->out = NULL;
+			transaction_memory_give(t, map);
+			rc = -ENOMEM;
+			goto out;
+		}
+		g->out_map = map;
+	}
+	/* Every object verified before the first byte: ENOENT, then EIO. */
+	int first = 0;
+	for (size_t i = 0; i < n; i++) {
+		int e = object_load_envelope(t, w[i].o->ver, w[i].o->hash, w[i].o->hash_len,
+					     g->out + w[i].at, (size_t)w[i].size);
+		if (e && (!first || (e == -ENOENT && first != -ENOENT)))
+			first = e;
+	}
+	if (first) {
+		result_free(t, g);
+		rc = first == -ENOENT || first == -ENOMEM || first == -EMFILE || first == -ENFILE
+			     ? first : -EIO;
+		fail(rc, "%zu keys asked: not served", n);
+		goto out;
+	}
+	g->out_len = (size_t)total;
+	for (size_t i = 0; i < n; i++)
+		version_touch(w[i].o->ver);
+out:
+	for (size_t i = 0; i < n; i++)
+		if (w[i].o)
+			node_unref(&w[i].o->node, 1);
+	free(w);
+	free(keys);
+	return rc;
+}
+
+static int get_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
+		     uint64_t owner)
+{
+	struct get *g = (struct get *)h;
+	int rc = (int)len;
+
+	(void)owner;
+	pthread_mutex_lock(&g->mu);
+	if (g->done || off != g->text_len)
+		rc = -EINVAL; /* one transaction per open, written in order */
+	else if (len > GET_REQUEST_MAX - g->text_len)
+		rc = -EFBIG;
+	else if (g->text_len + len > g->text_cap) {
+		size_t cap = g->text_cap ? g->text_cap : 4096;
+		while (cap < g->text_len + len)
+			cap *= 2;
+		char *grown = NULL;
+		if (transaction_memory_take(t, cap - g->text_cap)) {
+			grown = realloc(g->text, cap);
+			if (!grown)
+				transaction_memory_give(t, cap - g->text_cap);
+		}
+		if (!grown)
+			rc = -ENOMEM;
+		else {
+			g->text_held += cap - g->text_cap;
+			g->text = grown;
+			g->text_cap = cap;
+		}
+	}
+	if (rc > 0) {
+		memcpy(g->text + g->text_len, buf, len);
+		g->text_len += len;
+	}
+	pthread_mutex_unlock(&g->mu);
+	if (rc < 0)
+		log_warn("get .keys: write refused (%s)", strerror(-rc));
+	return rc;
+}
+
+static int get_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
+		    const void **data, size_t *len)
+{
+	struct get *g = (struct get *)h;
+
+	pthread_mutex_lock(&g->mu);
+	if (!g->done) {
+		g->error = run(t, g);
+		g->done = true;
+	}
+	pthread_mutex_unlock(&g->mu);
+	if (g->error)
+		return g->error;
+	*data = g->out ? g->out + (off < g->out_len ? off : g->out_len) : (const void *)"";
+	*len = off >= g->out_len ? 0 : (g->out_len - off < size ? g->out_len - (size_t)off : size);
+	return 0;
+}
+
+static void get_release(struct tree *t, struct handle *h)
+{
+	struct get *g = (struct get *)h;
+
+	result_free(t, g);
+	transaction_memory_give(t, g->text_held);
+	pthread_mutex_destroy(&g->mu);
+	free(g->text);
+	free(g);
+}
+
+static bool get_read_quick(struct tree *t, struct handle *h)
+{
+	(void)t, (void)h;
+	return false; /* reads and verifies every object asked */
+}
+
+static const struct handle_ops get_ops = {
+	.kind = "get",
+	.read = get_read,
+	.write = get_write,
+	.release = get_release,
+	.read_quick = get_read_quick,
+};
+
+int get_open(struct tree *t, struct handle **h, struct open_reply *r)
+{
+	struct get *g = calloc(1, sizeof(*g));
+
+	(void)t;
+	if (!g)
+		return -ENOMEM;
+	handle_init(&g->h, &get_ops);
+	pthread_mutex_init(&g->mu, NULL);
+	r->direct_io = true;
+	*h = &g->h;
+	return 0;
+}

@@ -1,0 +1,223 @@
+"""Key-addressed access and batches through the mount: DESIGN.md §3.6, §3.7,
+with the shell tools an operator uses and many processes at once."""
+import errno
+import multiprocessing
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import flip_byte, publish, read_result, wait_for
+from envelope import derive_key, encode, npy_bytes, routed_experts
+
+WV = "default"
+
+
+def key_hex(wv, h):
+    return derive_key(wv, h).split("/", 1)[1]
+
+
+def batch(path, data, chunk=None):
+    """Writes data to a batch file, fsyncs; returns (fsync errno, result lines)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        step = chunk or len(data) or 1
+        for off in range(0, len(data), step):
+            os.write(fd, data[off:off + step])
+        try:
+            os.fsync(fd)
+            rc = 0
+        except OSError as e:
+            rc = e.errno
+        lines = os.pread(fd, 1 << 20, 0).decode().splitlines()
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    return rc, lines
+
+
+def get(mnt, keys):
+    fd = os.open(mnt.path(".keys", ".get"), os.O_RDWR)
+    try:
+        os.write(fd, "".join(k + "\n" for k in keys).encode())
+        out = bytearray()
+        while True:
+            b = os.pread(fd, 1 << 20, len(out))
+            if not b:
+                return bytes(out)
+            out += b
+    finally:
+        os.close(fd)
+
+
+def store_files(mnt):
+    found = []
+    for root, _, files in os.walk(os.path.join(mnt.store, "v")):
+        found += [os.path.join(root, f) for f in files]
+    return found
+
+
+def test_shell_tools_see_every_object_by_key(mnt):
+    os.mkdir(mnt.path(WV))
+    env = encode(WV, "aa", routed_experts(16))
+    assert publish(mnt.path(WV, "aa"), env) == 0
+    k = key_hex(WV, "aa")
+    assert subprocess.run(["ls", mnt.path(".keys")], capture_output=True, text=True).stdout.split() == [k]
+    assert subprocess.run(["cat", mnt.path(".keys", k)], capture_output=True).stdout == env
+    assert os.stat(mnt.path(".keys", k)).st_size == len(env)
+    out = subprocess.run(["getfattr", "-d", mnt.path(".keys", k)], capture_output=True, text=True).stdout
+    assert f'user.artfs.key="vllm-artifact/{k}"' in out
+    # One object, one copy, one charge.
+    assert len(store_files(mnt)) == 1
+    assert mnt.metrics()["artfs_bytes_used"] == len(env)
+    # Names that can never be keys are absent; .put and .get are not listed.
+    assert read_result(mnt.path(".keys", "zz")) == "open:ENOENT"
+    assert read_result(mnt.path(".keys", "0" * 64)) == "open:ENOENT"
+
+
+def test_publish_by_key_then_by_path_gains_the_name(mnt):
+    env = encode(WV, "bb", routed_experts(8))
+    k = key_hex(WV, "bb")
+    assert publish(mnt.path(".keys", k), env) == 0
+    assert read_result(mnt.path(".keys", k)) == env
+    assert os.listdir(mnt.mountpoint).count(WV) == 0  # it has only its key
+    used = mnt.metrics()["artfs_bytes_used"]
+    # The key in the header must be the file's name.
+    assert publish(mnt.path(".keys", "1" * 64), env) in ("write:EBADMSG", "close:EBADMSG")
+    # An identical publish by path: the object gains the name, no new copy.
+    os.mkdir(mnt.path(WV))
+    assert publish(mnt.path(WV, "bb"), env) == 0
+    assert read_result(mnt.path(WV, "bb")) == npy_bytes(routed_experts(8))
+    assert read_result(mnt.path(".keys", k)) == env
+    m = mnt.metrics()
+    assert m["artfs_bytes_used"] == used and m["artfs_objects"] == 1
+    assert len(store_files(mnt)) == 1
+    # Different content by key is a collision.
+    other = encode(WV, "bb", routed_experts(8, seed=5))
+    rc, lines = batch(mnt.path(".keys", ".put"), other)
+    assert rc == errno.EEXIST and lines == [f"{k} EEXIST"]
+    # Published objects are read-only under their key too.
+    assert publish(mnt.path(".keys", k), env) == "open:EACCES"
+
+
+def test_unlink_by_key_removes_both_names(mnt):
+    os.mkdir(mnt.path(WV))
+    assert publish(mnt.path(WV, "cc"), encode(WV, "cc", routed_experts(4))) == 0
+    k = key_hex(WV, "cc")
+    os.unlink(mnt.path(".keys", k))
+    assert not os.path.exists(mnt.path(WV, "cc"))
+    assert not os.path.exists(mnt.path(".keys", k))
+    assert mnt.metrics()["artfs_objects"] == 0
+    assert store_files(mnt) == []
+
+
+def test_keys_survive_a_restart_and_key_only_objects_expire_together(make_mount):
+    m = make_mount(ttl="3")
+    os.mkdir(m.path(WV))
+    assert publish(m.path(WV, "dd"), encode(WV, "dd", routed_experts(4))) == 0
+    only = [encode(WV, h, routed_experts(4, seed=i)) for i, h in enumerate(("e0", "e1"))]
+    rc, lines = batch(m.path(".keys", ".put"), b"".join(only))
+    assert rc == 0 and len(lines) == 2
+    m.restart()
+    keys = sorted([key_hex(WV, "dd"), key_hex(WV, "e0"), key_hex(WV, "e1")])
+    assert sorted(os.listdir(m.path(".keys"))) == keys
+    assert get(m, [key_hex(WV, "e1"), key_hex(WV, "dd")]) == \
+        only[1] + encode(WV, "dd", routed_experts(4))
+    # The key-only objects share one clock: idle, they go together, and the
+    # version's object stays while it is read.
+    deadline = time.time() + 10
+    while time.time() < deadline and len(os.listdir(m.path(".keys"))) > 1:
+        read_result(m.path(WV, "dd"))
+        time.sleep(0.3)
+    assert os.listdir(m.path(".keys")) == [key_hex(WV, "dd")]
+    assert m.wait_log("expire .keys:")
+    # The name is free again for a key-only publish.
+    rc, lines = batch(m.path(".keys", ".put"), only[0])
+    assert rc == 0 and lines == [f"{key_hex(WV, 'e0')} 0"]
+
+
+def test_a_damaged_object_is_eio_by_key_and_in_get(mnt):
+    os.mkdir(mnt.path(WV))
+    for h in ("f0", "f1"):
+        assert publish(mnt.path(WV, h), encode(WV, h, routed_experts(4))) == 0
+    flip_byte(mnt.store_file(WV, "f1"))
+    k0, k1 = key_hex(WV, "f0"), key_hex(WV, "f1")
+    assert read_result(mnt.path(".keys", k1)) == "read:EIO"
+    with pytest.raises(OSError) as e:
+        get(mnt, [k0, k1])
+    assert e.value.errno == errno.EIO
+    with pytest.raises(OSError) as e:  # absence before damage
+        get(mnt, [k1, "ab" * 32])
+    assert e.value.errno == errno.ENOENT
+    assert get(mnt, [k0, k0]) == 2 * encode(WV, "f0", routed_experts(4))
+    assert mnt.metrics()["artfs_checksum_failures_total"] >= 2
+
+
+def test_put_by_path_records_and_their_results(mnt):
+    os.mkdir(mnt.path(WV))
+    envs = {h: encode(WV, h, routed_experts(4, seed=i)) for i, h in enumerate(("a0", "a1", "a2"))}
+    bad = encode(WV, "a3", routed_experts(4), payload_sha256="0" * 64)
+    data = b"".join(h.encode() + b"\n" + e for h, e in envs.items())
+    data += b"a3\n" + bad + b"zz\n" + envs["a0"] + b"a4\n" + envs["a0"]
+    rc, lines = batch(mnt.path(WV, ".put"), data, chunk=3)
+    assert rc == errno.EBADMSG
+    assert lines[:3] == [f"{key_hex(WV, h)} 0" for h in envs]
+    assert lines[3] == f"{key_hex(WV, 'a3')} EBADMSG"        # checksum
+    assert lines[4] == "- EBADMSG"                           # not a hash
+    assert lines[5] == f"{key_hex(WV, 'a4')} EBADMSG"        # the key of a0, not a4
+    assert sorted(os.listdir(mnt.path(WV))) == ["a0", "a1", "a2"]
+    # Again: identical records are 0, and nothing else changes.
+    rc, lines = batch(mnt.path(WV, ".put"), b"".join(h.encode() + b"\n" + e for h, e in envs.items()))
+    assert rc == 0 and lines == [f"{key_hex(WV, h)} 0" for h in envs]
+    assert mnt.metrics()["artfs_publishes_total"] == 3
+    # A header that gives no length ends the batch; what came before stands.
+    rc, lines = batch(mnt.path(WV, ".put"), b"b0\n" + encode(WV, "b0", routed_experts(4))
+                      + b"b1\n" + b"\x05\x00\x00\x00{oops")
+    assert rc == errno.EBADMSG and lines == [f"{key_hex(WV, 'b0')} 0", "- EBADMSG"]
+    assert os.path.exists(mnt.path(WV, "b0"))
+
+
+def _put_get_worker(mount, seed, seconds, q):
+    """Publishes batches of fresh and repeated objects by key and reads them
+    back with .get, comparing every byte."""
+    wrong = done = 0
+    deadline = time.time() + seconds
+    i = 0
+    while time.time() < deadline:
+        hashes = ["%02x%04x" % (seed, (i + k) % 40) for k in range(16)]
+        envs = [encode(WV, h, routed_experts(4, seed=int(h, 16) % 1000)) for h in hashes]
+        i += 7
+        fd = os.open(os.path.join(mount, ".keys", ".put"), os.O_RDWR)
+        os.write(fd, b"".join(envs))
+        os.fsync(fd)
+        os.close(fd)
+        keys = [key_hex(WV, h) for h in hashes]
+        fd = os.open(os.path.join(mount, ".keys", ".get"), os.O_RDWR)
+        os.write(fd, "".join(k + "\n" for k in keys).encode())
+        out = bytearray()
+        while True:
+            b = os.pread(fd, 1 << 20, len(out))
+            if not b:
+                break
+            out += b
+        os.close(fd)
+        wrong += bytes(out) != b"".join(envs)
+        done += 1
+    q.put((done, wrong))
+
+
+def test_many_processes_put_and_get_at_once(mnt):
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_put_get_worker, args=(mnt.mountpoint, s % 3, 4, q)) for s in range(6)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    assert sum(d for d, _ in results) > 6
+    assert sum(w for _, w in results) == 0, results
+    assert mnt.metrics()["artfs_objects"] == 3 * 40
