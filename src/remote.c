@@ -1,3 +1,36 @@
+/* The Redis Cluster client (see remote.h). What it chose where DESIGN.md
+ * section 7 is silent:
+ *
+ * - Time. A call's timeout covers everything: connects, rounds, map
+ *   refreshes, back-off. Sockets are non-blocking and every wait is a
+ *   poll() or a timed lock up to the deadline; one connect gets at most a
+ *   quarter of the timeout (at least 100 ms), so a node that swallows
+ *   packets leaves time for the others. Host names are resolved with
+ *   getaddrinfo, which does not know the deadline: give addresses.
+ * - Retries. A refused or broken connection, CLUSTERDOWN, TRYAGAIN,
+ *   LOADING, MASTERDOWN, READONLY and unanswered commands are tried again
+ *   (after a map refresh and a back-off of 10 ms doubling to 200 ms) while
+ *   the timeout allows, then EIO. NOAUTH, a refused AUTH and other error
+ *   replies are EIO at once. SET NX and GET are idempotent, so a command
+ *   that may or may not have run before a connection broke is just sent
+ *   again.
+ * - Replication. WAIT 1 rides in the pipeline of the SETs when the shard
+ *   has a healthy replica (CLUSTER NODES: a slave without fail, fail?,
+ *   handshake or noaddr), with three quarters of the time left. No
+ *   acknowledgement in time is EIO (logged) although the value stays on
+ *   the master: a retry then finds it identical and returns 0. A shard
+ *   whose replica failed (or that has none) is written without WAIT.
+ * - The map. Learnt at open, after MOVED (the slot itself is updated at
+ *   once), after any retryable failure, after a WAIT nobody acknowledged,
+ *   and before a call when older than a minute (new replicas, resharding
+ *   that no MOVED revealed). Nodes are asked in turn, seeds included.
+ * - Connections. Up to 4 per node, opened on first use and kept; a batch
+ *   holds one per node it touches, taken in node order, so that calls
+ *   never wait on each other in a circle.
+ * - AUTH. The first line of remote_auth= is the password of the default
+ *   user (AUTH <password>); a file readable by every user is warned of.
+ * - Logs. One line per failed key (at most 4 per call, then a count), at
+ *   most 10 lines a second in all, each with the key and the node. */
 #include "autoconf.h"
 
 #include <errno.h>
@@ -27,6 +60,8 @@
 #define LOG_PER_CALL   4     /* failure lines of one call; the rest are counted */
 #define LOG_PER_SECOND 10    /* failure lines of all calls */
 #define AUTH_LINE_MAX  4096
+#define TTL_MAX_S      (100ull * 365 * 86400)   /* PX must stay far below 2^63 ms */
+#define TIMEOUT_MAX_MS 3600000ull
 
 struct pooled {
 	pthread_mutex_t lock;
@@ -191,8 +226,8 @@ static void count_bytes(struct remote *r, struct redis_conn *c)
 	uint64_t sent, received;
 
 	redis_conn_take_bytes(c, &sent, &received);
-	counter_add(&r->metrics.bytes_out, sent);
-	counter_add(&r->metrics.bytes_in, received);
+	remote_counter_add(&r->metrics.bytes_out, sent);
+	remote_counter_add(&r->metrics.bytes_in, received);
 }
 
 static void pool_drop(struct remote *r, struct pooled *p)
@@ -1121,8 +1156,13 @@ int remote_open(const struct remote_config *cfg, struct remote **out)
 			REMOTE_PREFIX_MAX);
 		return -EINVAL;
 	}
-	if (cfg->ttl_s > UINT64_MAX / 1000) {
-		log_err("remote_ttl=%llu: too large", (unsigned long long)cfg->ttl_s);
+	if (cfg->ttl_s > TTL_MAX_S) {
+		log_err("remote_ttl=%llu: more than %llu seconds", (unsigned long long)cfg->ttl_s,
+			(unsigned long long)TTL_MAX_S);
+		return -EINVAL;
+	}
+	if (cfg->timeout_ms > TIMEOUT_MAX_MS) {
+		log_err("remote_timeout=%llu ms: more than an hour", (unsigned long long)cfg->timeout_ms);
 		return -EINVAL;
 	}
 	if ((rc = cluster_seeds_parse(cfg->seeds, &seeds, &nseeds)) < 0)

@@ -46,6 +46,7 @@ struct remote;
  * seed within the timeout. An unreachable cluster is not an error here: it
  * is logged, and each call tries again. */
 int remote_open(const struct remote_config *cfg, struct remote **out);
+/* Closes every connection; no call may be in flight. NULL is a no-op. */
 void remote_close(struct remote *r);
 
 /* key_hex: the 64 lowercase hex digits of the object's key (no "vllm-

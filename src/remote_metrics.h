@@ -30,7 +30,7 @@ struct remote_metrics {
 	counter_t latency_sum_us;
 };
 
-static inline void counter_add(counter_t *c, uint64_t n)
+static inline void remote_counter_add(counter_t *c, uint64_t n)
 {
 	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }

@@ -127,7 +127,7 @@ START_TEST(metrics_text)
 	for (size_t i = 0; i < sizeof(us) / sizeof(us[0]); i++)
 		remote_metrics_observe(&m, us[i]);
 	counter_inc(&m.hits);
-	counter_add(&m.bytes_in, 42);
+	remote_counter_add(&m.bytes_in, 42);
 	char *text = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&text, &len);
@@ -172,6 +172,12 @@ START_TEST(open_checks_its_config)
 	cfg.prefix = "has space";
 	ck_assert_int_eq(remote_open(&cfg, &r), -EINVAL);
 	cfg.prefix = NULL;
+	cfg.ttl_s = UINT64_MAX / 1000;
+	ck_assert_int_eq(remote_open(&cfg, &r), -EINVAL);
+	cfg.ttl_s = 0;
+	cfg.timeout_ms = 3600001;
+	ck_assert_int_eq(remote_open(&cfg, &r), -EINVAL);
+	cfg.timeout_ms = 0;
 	cfg.auth_file = "/nonexistent/artfs-redis-password";
 	ck_assert_int_eq(remote_open(&cfg, &r), -ENOENT);
 	char path[] = "/tmp/artfs-remote-auth.XXXXXX";
