@@ -15,15 +15,17 @@
 /* An output buffer larger than this (a big value) is freed once sent. */
 #define OUT_KEEP (1u << 20)
 #define IN_CHUNK (128u << 10)
-/* Reads per redis_conn_receive, so that a fast stream cannot hold a caller
- * away from its deadline check. */
-#define IN_READS_MAX 64
+/* hiredis's parser moves what it holds to the front after each reply, so
+ * it is fed this much at a time: many small replies in one read cost
+ * little, not the square of the read. */
+#define FEED_MAX (16u << 10)
 
 struct redis_conn {
 	redisContext *ctx;   /* the socket (non-blocking) and the reply parser */
 	char *out;
 	size_t out_len, out_off, out_cap;
-	char *in;
+	char *in;            /* received, fed to the parser from in_off */
+	size_t in_len, in_off;
 	uint64_t sent, received;
 	char error[160];
 };
@@ -148,7 +150,9 @@ int redis_conn_send(struct redis_conn *c)
 
 int redis_conn_receive(struct redis_conn *c)
 {
-	for (int i = 0; i < IN_READS_MAX; i++) {
+	if (c->in_off < c->in_len)
+		return 0;   /* not parsed yet */
+	for (;;) {
 		ssize_t n = recv(c->ctx->fd, c->in, IN_CHUNK, 0);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -160,12 +164,10 @@ int redis_conn_receive(struct redis_conn *c)
 		if (n == 0)
 			return fail(c, -EIO, "%s", "connection closed by the server");
 		c->received += (uint64_t)n;
-		if (redisReaderFeed(c->ctx->reader, c->in, (size_t)n) != REDIS_OK)
-			return fail(c, -EIO, "reply parser: %s", c->ctx->reader->errstr);
-		if ((size_t)n < IN_CHUNK)
-			return 0;
+		c->in_off = 0;
+		c->in_len = (size_t)n;
+		return 0;
 	}
-	return 0;
 }
 
 int redis_conn_reply(struct redis_conn *c, redisReply **reply)
@@ -173,8 +175,16 @@ int redis_conn_reply(struct redis_conn *c, redisReply **reply)
 	void *r = NULL;
 
 	*reply = NULL;
-	if (redisReaderGetReply(c->ctx->reader, &r) != REDIS_OK)
-		return fail(c, -EIO, "protocol error: %s", c->ctx->reader->errstr);
+	for (;;) {
+		if (redisReaderGetReply(c->ctx->reader, &r) != REDIS_OK)
+			return fail(c, -EIO, "protocol error: %s", c->ctx->reader->errstr);
+		if (r || c->in_off == c->in_len)
+			break;
+		size_t n = c->in_len - c->in_off < FEED_MAX ? c->in_len - c->in_off : FEED_MAX;
+		if (redisReaderFeed(c->ctx->reader, c->in + c->in_off, n) != REDIS_OK)
+			return fail(c, -EIO, "reply parser: %s", c->ctx->reader->errstr);
+		c->in_off += n;
+	}
 	*reply = r;
 	return 0;
 }

@@ -30,13 +30,15 @@ int redis_conn_append(struct redis_conn *c, int argc, const char *const *argv,
 int redis_conn_fd(const struct redis_conn *c);
 bool redis_conn_has_output(const struct redis_conn *c);
 
-/* Writes what the socket takes now / reads what has arrived; neither waits.
+/* Writes what the socket takes now / reads what has arrived (one read, and
+ * none while what the last one brought is not parsed); neither waits.
  * Returns 0 or -EIO (err in redis_conn_error). */
 int redis_conn_send(struct redis_conn *c);
 int redis_conn_receive(struct redis_conn *c);
 
-/* The next parsed reply, or NULL in *reply when none is complete yet.
- * Returns 0 or -EIO (protocol error). Free with freeReplyObject. */
+/* The next parsed reply, or NULL in *reply when none is complete in what
+ * was received. Returns 0 or -EIO (protocol error). Free with
+ * freeReplyObject. */
 int redis_conn_reply(struct redis_conn *c, redisReply **reply);
 
 /* Sends one command and waits for its reply until deadline: for AUTH and

@@ -88,7 +88,8 @@ start() {
 	# of someone else that took the port meanwhile.
 	for p in $ports; do
 		if ! wait_for 10 answers_as_ours "$p"; then
-			echo "cluster.sh: redis-server on port $p did not start (see $dir/$p/redis.log)" >&2
+			echo "cluster.sh: redis-server on port $p did not start; its log ends:" >&2
+			tail -n 5 "$dir/$p/redis.log" >&2 2>/dev/null
 			return 2
 		fi
 	done
