@@ -253,7 +253,7 @@ int redis_conn_open(const char *host, int port, const char *password, int64_t de
 		    struct redis_conn **out, char *err, size_t errlen)
 {
 	struct redis_conn *c = calloc(1, sizeof(*c));
-	int rc = -ENOMEM;
+	int rc;
 
 	if (!c || !(c->in = malloc(IN_CHUNK)) || !(c->ctx = redisConnectNonBlock(host, port))) {
 		snprintf(err, errlen, "out of memory");

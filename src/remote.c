@@ -92,6 +92,7 @@ struct remote {
 	pthread_mutex_t refresh_lock;      /* one CLUSTER SLOTS at a time */
 	atomic_uint_fast64_t map_gen;      /* full refreshes installed */
 	_Atomic int64_t map_time;          /* when, monotonic ns; 0: never */
+	atomic_bool map_stale;             /* learn it before the next call */
 	atomic_uint refresh_next;          /* node asked first, rotating */
 
 	pthread_mutex_t log_lock;          /* the next four */
@@ -424,6 +425,7 @@ static int refresh_from(struct remote *r, const struct cluster_addr *addr, const
 	memcpy(r->slots, map, sizeof(map));
 	atomic_fetch_add(&r->map_gen, 1);
 	atomic_store(&r->map_time, redis_now());
+	atomic_store(&r->map_stale, false);
 	pthread_rwlock_unlock(&r->map_lock);
 	counter_inc(&r->metrics.refreshes);
 	log_debug("remote: slot map learnt from %s: %zu slot ranges", name, n);
@@ -781,7 +783,6 @@ static int round_run(struct remote *r, struct op *ops, size_t n, int64_t deadlin
 
 	for (size_t li = 0; li < nlanes; li++) {
 		struct lane *l = &lanes[li];
-		char err[200];
 		if (!(l->slot = pool_acquire(l->node, deadline))) {
 			l->failed = true;
 			for (size_t i = 0; i < n; i++)
@@ -791,6 +792,7 @@ static int round_run(struct remote *r, struct op *ops, size_t n, int64_t deadlin
 			continue;
 		}
 		if (!l->slot->conn) {
+			char err[200];
 			int c = conn_open(r, l->node, deadline, &l->slot->conn, err, sizeof(err));
 			if (c < 0) {
 				for (size_t i = 0; i < n; i++)
@@ -927,7 +929,8 @@ static void call_run(struct remote *r, struct op *ops, size_t n, int64_t started
 	int backoff = BACKOFF_MIN_MS;
 
 	int64_t learnt = atomic_load(&r->map_time);
-	if (learnt == 0 || started - learnt > (int64_t)MAP_MAX_AGE_S * 1000000000)
+	if (learnt == 0 || atomic_load(&r->map_stale) ||
+	    started - learnt > (int64_t)MAP_MAX_AGE_S * 1000000000)
 		map_refresh(r, atomic_load(&r->map_gen), deadline);
 	while (any_pending(ops, n) && redis_now() < deadline) {
 		uint64_t gen = atomic_load(&r->map_gen);
@@ -944,7 +947,7 @@ static void call_run(struct remote *r, struct op *ops, size_t n, int64_t started
 			/* Learnt something (a WAIT nobody acknowledged, a MOVED) too
 			 * late to refresh for this call: the next one will. */
 			if (o.refresh)
-				atomic_store(&r->map_time, 1);
+				atomic_store(&r->map_stale, true);
 			break;
 		}
 		if (o.refresh)

@@ -859,6 +859,35 @@ static bool promoted(int port)
 	return ok;
 }
 
+/* A replica that does not acknowledge within the timeout (stopped): the put
+ * is EIO although the master holds the value; once the replica is back, a
+ * retry finds the value identical. */
+START_TEST(unacknowledged_write_is_eio)
+{
+	char prefix[32], key[65];
+	test_prefix(prefix, sizeof(prefix), false);
+	struct remote *r = client(prefix, 1000);
+	random_key(key);
+	int master = master_of_slot(slot_of(prefix, key));
+	pid_t replica = pid_of(replica_of(master));
+	ck_assert_int_eq(kill(replica, SIGSTOP), 0);
+	double t0 = now_s();
+	int put = remote_put(r, key, "v", 1);
+	double took = now_s() - t0;
+	kill(replica, SIGCONT);
+	ck_assert_int_eq(put, -EIO);
+	ck_assert_msg(took > 0.5 && took < 1.5, "put took %.3f s", took);
+	redisReply *g = admin(master, "GET %s:%s", prefix, key);
+	ck_assert_int_eq(g->type, REDIS_REPLY_STRING);
+	freeReplyObject(g);
+	ck_assert_int_eq(remote_put(r, key, "v", 1), 0);
+	struct remote_stats st;
+	remote_stats(r, &st);
+	ck_assert_uint_eq(st.errors, 1);
+	remote_close(r);
+}
+END_TEST
+
 START_TEST(failover_to_the_replica)
 {
 	char prefix[32], key[65], later[65];
@@ -981,6 +1010,7 @@ static Suite *cluster_suite(void)
 	tcase_add_test(tc, auth_with_a_password_file);
 	tcase_add_test(tc, moved_after_a_resharding);
 	tcase_add_test(tc, ask_during_a_migration);
+	tcase_add_test(tc, unacknowledged_write_is_eio);
 	/* These two break the cluster: last, in this order. */
 	tcase_add_test(tc, failover_to_the_replica);
 	tcase_add_test(tc, cluster_gone_is_eio_in_time);
