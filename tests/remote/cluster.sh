@@ -3,6 +3,7 @@
 # (3 masters, 1 replica each) bound to 127.0.0.1, nothing persisted.
 #
 #   cluster.sh start <dir> <base_port>   ports base..base+5, bus ports +10000
+#                                        (keep both below the ephemeral range)
 #   cluster.sh stop <dir>                kills them all (even if stopped), removes dir
 #
 # start fails (exit 2, servers killed) when a port is taken or the cluster is
@@ -69,7 +70,7 @@ start() {
 	ports="$base $((base + 1)) $((base + 2)) $((base + 3)) $((base + 4)) $((base + 5))"
 	for p in $ports; do
 		for q in "$p" "$((p + 10000))"; do
-			if [ -n "$(ss -Htln "sport = :$q" 2>/dev/null)" ]; then
+			if [ -n "$(ss -Htan "sport = :$q" 2>/dev/null)" ]; then
 				echo "cluster.sh: port $q is in use" >&2
 				return 2
 			fi
@@ -86,12 +87,17 @@ start() {
 	done
 	# Each port answers from the process started here, not from a server
 	# of someone else that took the port meanwhile.
+	limit=$(($(date +%s) + 10))
 	for p in $ports; do
-		if ! wait_for 10 answers_as_ours "$p"; then
-			echo "cluster.sh: redis-server on port $p did not start; its log ends:" >&2
-			tail -n 5 "$dir/$p/redis.log" >&2 2>/dev/null
-			return 2
-		fi
+		until answers_as_ours "$p"; do
+			if grep -q aborting "$dir/$p/redis.log" 2>/dev/null ||
+				[ "$(date +%s)" -ge "$limit" ]; then
+				echo "cluster.sh: redis-server on port $p did not start; its log ends:" >&2
+				tail -n 3 "$dir/$p/redis.log" >&2 2>/dev/null
+				return 2
+			fi
+			sleep 0.1
+		done
 	done
 	addrs=""
 	for p in $ports; do

@@ -30,10 +30,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Ports base..base+5 and their bus ports +10000, all below the range the
+# kernel picks outgoing ports from (which a bind may otherwise meet in use).
+ephemeral=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+top=$((ephemeral - 10006))
+[ "$top" -gt 2000 ] || top=22700
+low=10000
+[ "$top" -gt 11000 ] || low=1024
 started=
 for attempt in 1 2 3; do
-	# Ports base..base+5 and their bus ports +10000, all below 40000.
-	base=$(shuf -i 20000-29900 -n 1)
+	base=$(shuf -i "$low-$top" -n 1)
 	if sh "$here/cluster.sh" start "$dir/cluster" "$base"; then
 		started=yes
 		break
