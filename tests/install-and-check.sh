@@ -20,7 +20,7 @@ make -j"$(nproc)" check || status=$?
 # closing lines, summed).
 logs=""
 for log in tests/unit/test_core.log tests/unit/test_core_asan.log tests/mount/normal.log \
-	tests/mount/asan.log; do
+	tests/mount/asan.log tests/remote/remote.log tests/remote/remote_asan.log; do
 	[ -f "$log" ] || continue
 	echo "== $log"
 	tail -n 3 "$log"

@@ -1,0 +1,86 @@
+/* artfs's Redis Cluster client (DESIGN.md §7): R3 envelopes stored as
+ * <prefix>:<key hex>, created once (SET NX PX) and read back, with CRC16
+ * slot routing, MOVED and ASK, reconnects and slot-map refreshes.
+ *
+ * Thread-safe: any number of threads may call one struct remote at once.
+ * Every call returns within the configured timeout (connects, redirects and
+ * retries included) and never blocks longer; a result is 0 or a negative
+ * errno, exactly those of DESIGN.md §7:
+ *
+ *   put:  0        created, or the key already holds identical bytes
+ *         -EEXIST  the key holds different bytes
+ *         -ENOSPC  the cluster is out of memory (maxmemory, noeviction)
+ *         -EIO     no answer within the timeout, or no replica acknowledged
+ *                  the write in time (WAIT) on a shard that has one
+ *   get:  0        found (*val malloc'd)
+ *         -ENOENT  absent
+ *         -EIO     no answer within the timeout
+ *
+ * Built without hiredis, remote_open fails with -ENOTSUP and says so, and
+ * callers need no #ifdef. */
+#ifndef ARTFS_REMOTE_H
+#define ARTFS_REMOTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define REMOTE_DEFAULT_PREFIX     "artfs"
+#define REMOTE_DEFAULT_TIMEOUT_MS 2000
+#define REMOTE_PREFIX_MAX         128
+#define REMOTE_KEY_HEX            64
+
+/* The options of DESIGN.md §7; remote_open copies what it keeps. */
+struct remote_config {
+	char *seeds;          /* remote=         "host:port[,host:port...]" */
+	char *prefix;         /* remote_prefix=  NULL or "": "artfs" */
+	uint64_t ttl_s;       /* remote_ttl=     expiry of written values, 0 = none */
+	uint64_t timeout_ms;  /* remote_timeout= bound of one call, 0: 2000 */
+	char *auth_file;      /* remote_auth=    first line is the AUTH password; NULL: none */
+};
+
+struct remote;
+
+/* Parses the seeds and reads the password file (-EINVAL, or the errno of
+ * opening it; logged), then learns the slot map from the first reachable
+ * seed within the timeout. An unreachable cluster is not an error here: it
+ * is logged, and each call tries again. */
+int remote_open(const struct remote_config *cfg, struct remote **out);
+/* Closes every connection; no call may be in flight. NULL is a no-op. */
+void remote_close(struct remote *r);
+
+/* key_hex: the 64 lowercase hex digits of the object's key (no "vllm-
+ * artifact/"), not necessarily NUL-terminated. Anything else is -EINVAL. */
+int remote_put(struct remote *r, const char key_hex[REMOTE_KEY_HEX], const void *val,
+	       size_t len);
+int remote_get(struct remote *r, const char key_hex[REMOTE_KEY_HEX], uint8_t **val,
+	       size_t *len);
+
+/* Batches: one pipelined round per cluster node (a put's WAIT rides in the
+ * same pipeline), plus a round for whatever came back redirected, refused
+ * (NX: GET to compare) or unanswered, while the timeout allows. results[i]
+ * is what remote_put or remote_get would return for record i; vals[i] is
+ * NULL unless results[i] is 0. Returns 0 when every result is 0, else the
+ * first non-zero result in order (-EINVAL/-ENOMEM before anything is sent). */
+int remote_put_many(struct remote *r, size_t n, const char *const *keys_hex,
+		    const void *const *vals, const size_t *lens, int *results);
+int remote_get_many(struct remote *r, size_t n, const char *const *keys_hex, uint8_t **vals,
+		    size_t *lens, int *results);
+
+/* Counters since remote_open, for tests and for the caller's own logic. */
+struct remote_stats {
+	uint64_t hits, misses, puts, errors;
+	uint64_t bytes_in, bytes_out;
+	uint64_t rounds;       /* pipelines sent: one per node per round */
+	uint64_t moved, asked; /* redirections followed */
+	uint64_t refreshes;    /* slot maps learnt */
+	uint64_t connects;
+};
+void remote_stats(struct remote *r, struct remote_stats *out);
+
+/* Appends the client's metrics in Prometheus text format to f
+ * (artfs_remote_hits_total, _misses_total, _errors_total, _bytes_total{dir},
+ * _latency_seconds histogram, ...); nothing when r is NULL. */
+void remote_metrics_render(struct remote *r, FILE *f);
+
+#endif
