@@ -25,6 +25,7 @@ struct cmdline {
 	char *positional[3];
 	int npositional;
 	int failed;
+	bool after_remote;  /* the last option was remote= */
 };
 
 static void usage(const char *prog)
@@ -55,6 +56,19 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	if (key != FUSE_OPT_KEY_OPT)
 		return 1;
 	const char *eq = strchr(arg, '=');
+	if (!eq && c->after_remote && strchr(arg, ':')) {
+		/* -o remote=h1:p1,h2:p2: -o splits at commas, so the seeds
+		 * after the first arrive as options of their own. */
+		size_t n = strlen(c->cfg->remote) + strlen(arg) + 2;
+		char *joined = malloc(n);
+		if (!joined)
+			return -1;
+		snprintf(joined, n, "%s,%s", c->cfg->remote, arg);
+		free(c->cfg->remote);
+		c->cfg->remote = joined;
+		return 0;
+	}
+	c->after_remote = eq && (size_t)(eq - arg) == 6 && strncmp(arg, "remote", 6) == 0;
 	if (!eq)
 		return 1;
 	char name[64];

@@ -43,6 +43,7 @@ struct tree {
 	struct node keys_get;     /* .keys/.get */
 	int64_t started;          /* CLOCK_REALTIME seconds */
 	struct expiry *expiry;    /* the janitor (src/expiry.c), NULL when not running */
+	struct remote *remote;    /* the Redis Cluster tier (remote=), or NULL */
 	/* Tells the kernel that parent/name is gone when the daemon itself
 	 * removed it (collection); set by the FUSE layer, called only from the
 	 * janitor thread. */

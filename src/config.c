@@ -22,6 +22,8 @@ void config_init(struct artfs_config *c)
 
 	c->ttl = 3600;
 	c->allow_quant = strdup("");
+	c->remote_prefix = strdup("artfs");
+	c->remote_timeout = 2;
 	c->uid = getuid();
 	c->gid = getgid();
 	c->umask = 022;
@@ -32,6 +34,9 @@ void config_free(struct artfs_config *c)
 	free(c->store);
 	free(c->allow_quant);
 	free(c->config_file);
+	free(c->remote);
+	free(c->remote_prefix);
+	free(c->remote_auth);
 	free(c->mountpoint);
 	for (unsigned i = 0; i < c->nweights; i++) {
 		free(c->weights[i].version);
@@ -150,6 +155,16 @@ const struct config_option config_options[] = {
 	  "quantization methods served zero-copy besides unquantized and fp8" },
 	{ "config", CONFIG_TEXT, FIELD(config_file), "FILE",
 	  "`key = value` lines with any option, and weights.<wv> = <dir>" },
+	{ "remote", CONFIG_TEXT, FIELD(remote), "HOST:PORT,...",
+	  "Redis Cluster seed nodes: R3 objects readable on every node (default: none)" },
+	{ "remote_prefix", CONFIG_TEXT, FIELD(remote_prefix), "NAME",
+	  "key namespace of this deployment in the cluster (default artfs)" },
+	{ "remote_ttl", CONFIG_SECONDS, FIELD(remote_ttl), "SECONDS",
+	  "expiry of values written to the cluster, 0 = never (default: ttl=)" },
+	{ "remote_timeout", CONFIG_SECONDS, FIELD(remote_timeout), "SECONDS",
+	  "bound of one cluster call; unreachable within it is EIO (default 2)" },
+	{ "remote_auth", CONFIG_PATH, FIELD(remote_auth), "FILE",
+	  "file whose first line is the cluster's AUTH password" },
 	{ "uid", CONFIG_ID, FIELD(uid), "N", "owner shown for every entry (default: the daemon's)" },
 	{ "gid", CONFIG_ID, FIELD(gid), "N", "group shown for every entry (default: the daemon's)" },
 	{ "umask", CONFIG_OCTAL, FIELD(umask), "OCTAL",
@@ -246,6 +261,9 @@ void config_finish(struct artfs_config *c)
 {
 	unsigned bit;
 
+	config_option_find("remote_ttl", &bit);
+	if (!(c->given & bit))
+		c->remote_ttl = c->ttl;
 	config_option_find("materialize_max", &bit);
 	if (!(c->given & bit))
 		c->materialize_max = c->capacity / 4 > MATERIALIZE_MAX_FLOOR ? c->capacity / 4

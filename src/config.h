@@ -28,6 +28,11 @@ struct artfs_config {
 	uint64_t ttl;         /* ttl=        seconds idle before collection, 0 never */
 	char *allow_quant;    /* allow_quant= extra quantization methods for zero-copy */
 	char *config_file;    /* config=     the file read at mount */
+	char *remote;         /* remote=     Redis Cluster seeds host:port[,host:port...], or NULL */
+	char *remote_prefix;  /* remote_prefix= key namespace in the cluster */
+	uint64_t remote_ttl;  /* remote_ttl= seconds a value lives in the cluster (default ttl=) */
+	uint64_t remote_timeout; /* remote_timeout= seconds one cluster call may take */
+	char *remote_auth;    /* remote_auth= file whose first line is the AUTH password */
 	uid_t uid;            /* uid=        owner shown for every entry */
 	gid_t gid;            /* gid= */
 	mode_t umask;         /* umask=      applied to directory and file modes */

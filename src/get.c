@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fetch.h"
 #include "get.h"
 #include "key.h"
 #include "log.h"
@@ -94,6 +95,51 @@ static int parse(const char *text, size_t len, uint8_t (**keys)[32], size_t *cou
 	return 0;
 }
 
+/* Finds (and references) the object of each key not found yet; returns
+ * the first still missing, or n. */
+static size_t resolve(struct tree *t, uint8_t (*keys)[32], struct wanted *w, size_t n)
+{
+	size_t missing = n;
+
+	if (t->sizing)
+		sizing_wait(t); /* the keys of a restarted store are indexed by then */
+	pthread_mutex_lock(&t->lock);
+	for (size_t i = 0; i < n; i++) {
+		if (!w[i].o && (w[i].o = index_key_find(&t->idx, keys[i])))
+			node_ref(&w[i].o->node);
+		if (!w[i].o && missing == n)
+			missing = i;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return missing;
+}
+
+static int fetch_misses(struct tree *t, uint8_t (*keys)[32], struct wanted *w, size_t n)
+{
+	struct version *kv;
+	int rc = version_keyonly(t, &kv);
+	if (rc < 0)
+		return rc;
+	struct fetch_item *items = calloc(n, sizeof(*items));
+	size_t k = 0;
+	if (!items) {
+		node_unref(&kv->node, 1);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!w[i].o)
+			items[k++] = (struct fetch_item){ .ver = kv, .hash = keys[i], .hash_len = 32 };
+	rc = fetch_objects(t, items, k);
+	for (size_t i = 0; i < k; i++)
+		if (items[i].result && items[i].result != -ENOENT) {
+			rc = items[i].result; /* unreachable, or a value that fails: not ENOENT */
+			break;
+		}
+	free(items);
+	node_unref(&kv->node, 1);
+	return rc == -ENOENT ? 0 : rc;
+}
+
 static void result_free(struct tree *t, struct get *g)
 {
 	if (g->out) {
@@ -117,16 +163,14 @@ static int run(struct tree *t, struct get *g)
 		free(keys);
 		return -ENOMEM;
 	}
-	size_t missing = n;
-	pthread_mutex_lock(&t->lock);
-	for (size_t i = 0; i < n; i++) {
-		w[i].o = index_key_find(&t->idx, keys[i]);
-		if (w[i].o)
-			node_ref(&w[i].o->node);
-		else if (missing == n)
-			missing = i;
+	size_t missing = resolve(t, keys, w, n);
+	if (missing < n && t->remote) {
+		/* Every local miss from the cluster, one pipelined round per node. */
+		rc = fetch_misses(t, keys, w, n);
+		if (rc < 0)
+			goto out;
+		missing = resolve(t, keys, w, n);
 	}
-	pthread_mutex_unlock(&t->lock);
 	char hex[65];
 	uint64_t total = 0;
 	if (missing < n) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "info.h"
+#include "remote.h"
 #include "text.h"
 
 static const char *const names[INFO_COUNT] = {
@@ -64,7 +65,22 @@ static char *render_metrics(struct tree *t)
 	g.started = (uint64_t)t->started;
 	char *text = metrics_render(&t->metrics, &g);
 	free(g.per_version);
-	return text;
+	if (!text || !t->remote)
+		return text;
+	/* The cluster client's own counters and latency histogram follow. */
+	char *all = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&all, &len);
+	if (!f)
+		return text;
+	fputs(text, f);
+	remote_metrics_render(t->remote, f);
+	free(text);
+	if (fclose(f) != 0) {
+		free(all);
+		return NULL;
+	}
+	return all;
 }
 
 int info_open(struct tree *t, enum info_file f, struct handle **h, struct open_reply *r)

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fetch.h"
 #include "key.h"
 #include "log.h"
 #include "materialize.h"
@@ -317,6 +318,43 @@ static int by_object(const void *a, const void *b)
 	return p < q ? -1 : p > q ? 1 : x->i < y->i ? -1 : x->i > y->i;
 }
 
+static size_t find_all(struct tree *t, struct mat *m, const struct materialize_request *req,
+		       struct named *seen)
+{
+	size_t missing = req->count;
+
+	pthread_mutex_lock(&t->lock);
+	for (size_t i = 0; i < req->count; i++) {
+		seen[i].o = index_object_find(&t->idx, m->ver, req->blocks[i].hash, req->blocks[i].len);
+		seen[i].i = i;
+		if (!seen[i].o && missing == req->count)
+			missing = i;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return missing;
+}
+
+static int fetch_misses(struct tree *t, struct mat *m, const struct materialize_request *req,
+			const struct named *seen)
+{
+	struct fetch_item *items = calloc(req->count, sizeof(*items));
+	size_t k = 0;
+	int rc = 0;
+
+	if (!items)
+		return -ENOMEM;
+	for (size_t i = 0; i < req->count; i++)
+		if (!seen[i].o)
+			items[k++] = (struct fetch_item){ .ver = m->ver, .hash = req->blocks[i].hash,
+							  .hash_len = req->blocks[i].len };
+	fetch_objects(t, items, k);
+	for (size_t i = 0; i < k && !rc; i++)
+		if (items[i].result && items[i].result != -ENOENT)
+			rc = items[i].result;
+	free(items);
+	return rc;
+}
+
 /* Resolves every name (ENOENT for the first missing one); fills which with
  * one slot per distinct object and returns how many are distinct. */
 static int resolve(struct tree *t, struct mat *m, const struct materialize_request *req,
@@ -327,15 +365,16 @@ static int resolve(struct tree *t, struct mat *m, const struct materialize_reque
 
 	if (!seen)
 		return -ENOMEM;
-	size_t missing = req->count;
-	pthread_mutex_lock(&t->lock);
-	for (size_t i = 0; i < req->count; i++) {
-		seen[i].o = index_object_find(&t->idx, m->ver, req->blocks[i].hash, req->blocks[i].len);
-		seen[i].i = i;
-		if (!seen[i].o && missing == req->count)
-			missing = i;
+	size_t missing = find_all(t, m, req, seen);
+	if (missing < req->count && t->remote) {
+		/* Every local miss from the cluster, one pipelined round per node. */
+		int rc = fetch_misses(t, m, req, seen);
+		if (rc < 0) {
+			free(seen);
+			return fail(m, rc, "objects missing here could not be fetched from the cluster");
+		}
+		missing = find_all(t, m, req, seen);
 	}
-	pthread_mutex_unlock(&t->lock);
 	if (missing < req->count) {
 		free(seen);
 		key_hex(req->blocks[missing].hash, req->blocks[missing].len, name);

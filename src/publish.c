@@ -16,6 +16,7 @@
 #include "npy.h"
 #include "object.h"
 #include "publish.h"
+#include "remote.h"
 #include "sha256.h"
 
 struct publish {
@@ -37,6 +38,7 @@ struct publish {
 	/* The key is held by an object that has only a key (published through
 	 * .keys/): an identical publish by path gives it this name. */
 	struct object *adopt;        /* referenced */
+	bool fetched;                /* the bytes came from the cluster: not written back */
 	uint64_t reserved;           /* bytes of t->bytes_reserved held: those received */
 	bool pending;                /* obj is in its version's pending table */
 	bool finished;               /* result is final */
@@ -437,6 +439,34 @@ static int adopt(struct tree *t, struct publish *u)
 	return 0;
 }
 
+/* With remote=: the object goes to the cluster before the local commit, so
+ * that close() == 0 means it is on this node and in the cluster. */
+static int put_remote(struct tree *t, struct publish *u)
+{
+	uint8_t *buf = malloc(u->total ? u->total : 1);
+
+	if (!buf)
+		return fail(t, u, -ENOMEM, "out of memory");
+	if (store_pread_all(u->tmp.fd, buf, u->total, 0) < 0) {
+		free(buf);
+		return fail(t, u, -EIO, "cannot read back its temporary file");
+	}
+	int rc = remote_put(t->remote, u->key + sizeof(ARTFS_KEY_PREFIX) - 1, buf, u->total);
+	free(buf);
+	if (rc == -EEXIST) {
+		counter_inc(&t->metrics.collisions);
+		log_warn("publish %s/%s: collision: the cluster holds different content for %s",
+			 u->ver->name, u->name, u->key);
+		drop_data(t, u);
+		return rc;
+	}
+	if (rc == -ENOSPC)
+		return fail(t, u, rc, "the cluster is out of memory (maxmemory); nothing committed");
+	if (rc < 0)
+		return fail(t, u, -EIO, "the cluster did not take it in time; nothing committed");
+	return 0;
+}
+
 /* Links the verified file into place and indexes it. */
 static int commit(struct tree *t, struct publish *u)
 {
@@ -453,6 +483,11 @@ static int commit(struct tree *t, struct publish *u)
 		rc = compare_existing(t, u, old);
 		node_unref(&old->node, 1);
 		return count_existing(t, rc);
+	}
+	if (t->remote && !u->fetched) {
+		rc = put_remote(t, u);
+		if (rc < 0)
+			return rc;
 	}
 	npy_file_size(&u->env.array, &npy_size);
 	store_mark_npy_size(u->tmp.fd, npy_size); /* a restart knows its size from this */
@@ -533,6 +568,11 @@ static int publish_finish(struct tree *t, struct handle *h)
 	version_touch(u->ver);
 	pthread_mutex_unlock(&u->mu);
 	return rc;
+}
+
+void publish_mark_fetched(struct handle *h)
+{
+	((struct publish *)h)->fetched = true;
 }
 
 static bool publish_busy(struct handle *h)

@@ -16,6 +16,10 @@
  * removed meanwhile. */
 int publish_begin(struct tree *t, struct object *obj, struct handle **h);
 
+/* Marks a publish whose bytes come from the cluster (a local miss being
+ * cached): checked and committed like any, not written back. */
+void publish_mark_fetched(struct handle *h);
+
 /* Marks a publish that never reached its writer (its create failed) so
  * that its release counts nothing. */
 void publish_discard(struct handle *h);

@@ -210,7 +210,7 @@ int store_tmp_open(int dirfd, struct store_tmp *tmp)
 	static atomic_ulong counter;
 
 	tmp->name[0] = '\0';
-	tmp->fd = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0400);
+	tmp->fd = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0400);
 	if (tmp->fd >= 0)
 		return 0;
 	if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
@@ -218,7 +218,7 @@ int store_tmp_open(int dirfd, struct store_tmp *tmp)
 	/* File systems without O_TMPFILE: a dot-name that scans drop. */
 	snprintf(tmp->name, sizeof(tmp->name), STORE_TMP_PREFIX "%ld.%lu", (long)getpid(),
 		 atomic_fetch_add(&counter, 1));
-	tmp->fd = openat(dirfd, tmp->name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400);
+	tmp->fd = openat(dirfd, tmp->name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400);
 	if (tmp->fd < 0) {
 		tmp->name[0] = '\0';
 		return -errno;

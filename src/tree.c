@@ -5,15 +5,18 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "control.h"
+#include "fetch.h"
 #include "get.h"
 #include "keys.h"
 #include "put.h"
+#include "remote.h"
 #include "info.h"
 #include "key.h"
 #include "listing.h"
@@ -52,6 +55,19 @@ int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen
 	int rc = store_open(&t->store, cfg->store, err, errlen);
 	if (rc < 0)
 		goto fail;
+	if (cfg->remote && *cfg->remote) {
+		struct remote_config rc_cfg = {
+			.seeds = cfg->remote, .prefix = cfg->remote_prefix, .ttl_s = cfg->remote_ttl,
+			.timeout_ms = cfg->remote_timeout * 1000, .auth_file = cfg->remote_auth,
+		};
+		rc = remote_open(&rc_cfg, &t->remote);
+		if (rc < 0) {
+			snprintf(err, errlen, "remote=%s: %s (see the log)", cfg->remote,
+				 rc == -ENOTSUP ? "this artfs was built without Redis support"
+						: strerror(-rc));
+			goto fail;
+		}
+	}
 	rc = scan_store(t, err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -67,6 +83,8 @@ void tree_close(struct tree *t)
 	handles_release_all(t);
 	weights_shutdown(t);
 	index_destroy(&t->idx);
+	remote_close(t->remote);
+	t->remote = NULL;
 	if (t->store.path)
 		store_close(&t->store);
 	pthread_mutex_destroy(&t->lock);
@@ -290,6 +308,17 @@ static struct object *find_object(struct tree *t, struct version *v, const uint8
 	return o;
 }
 
+/* The object of a key, referenced through its key node. */
+static struct object *find_key(struct tree *t, const uint8_t key[32])
+{
+	pthread_mutex_lock(&t->lock);
+	struct object *o = index_key_find(&t->idx, key);
+	if (o)
+		node_ref(&o->keynode);
+	pthread_mutex_unlock(&t->lock);
+	return o;
+}
+
 int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tree_entry *e)
 {
 	uint8_t hash[ARTFS_HASH_BYTES_MAX];
@@ -309,6 +338,13 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 		if (!key_version_name_valid(name))
 			return negative(e, CACHE_FOREVER); /* can never exist */
 		struct version *v = find_version(t, name);
+		if (!v && t->remote) {
+			/* With a cluster every version exists: a trainer opens
+			 * <wv>/<hash> on a node that never saw <wv>. */
+			int rc = version_make(t, name, &v);
+			if (rc < 0 && rc != -EEXIST)
+				return rc;
+		}
 		return v ? positive(t, &v->node, e) : negative(e, 0);
 	}
 	case NODE_INFO_DIR:
@@ -350,7 +386,17 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 		struct object *o = find_object(t, v, hash, len, &pending);
 		if (o)
 			return positive(t, &o->node, e);
-		return negative(e, pending ? 0 : CACHE_FOREVER);
+		if (!t->remote)
+			return negative(e, pending ? 0 : CACHE_FOREVER);
+		/* Not here: asked of the cluster, and never cached as absent. */
+		struct fetch_item it = { .ver = v, .hash = hash, .hash_len = len };
+		int rc = fetch_objects(t, &it, 1);
+		if (rc == -ENOENT)
+			return negative(e, 0);
+		if (rc < 0)
+			return rc;
+		o = find_object(t, v, hash, len, NULL);
+		return o ? positive(t, &o->node, e) : negative(e, 0);
 	}
 	case NODE_KEYS_DIR: {
 		if (strcmp(name, ARTFS_PUT_NAME) == 0) {
@@ -369,11 +415,19 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 		 * once its objects are counted. */
 		if (t->sizing)
 			sizing_wait(t);
-		pthread_mutex_lock(&t->lock);
-		struct object *o = index_key_find(&t->idx, key);
-		if (o)
-			node_ref(&o->keynode);
-		pthread_mutex_unlock(&t->lock);
+		struct object *o = find_key(t, key);
+		if (!o && t->remote) {
+			struct version *kv;
+			int rc = version_keyonly(t, &kv);
+			if (rc < 0)
+				return rc;
+			struct fetch_item it = { .ver = kv, .hash = key, .hash_len = 32 };
+			rc = fetch_objects(t, &it, 1);
+			node_unref(&kv->node, 1);
+			if (rc < 0 && rc != -ENOENT)
+				return rc;
+			o = find_key(t, key);
+		}
 		return o ? positive(t, &o->keynode, e) : negative(e, 0);
 	}
 	case NODE_WEIGHTS_DIR: {

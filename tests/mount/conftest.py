@@ -129,7 +129,7 @@ class Mount:
                 if line.startswith("#") or not line.strip():
                     continue
                 name, value = line.rsplit(" ", 1)
-                out[name] = int(value)
+                out[name] = float(value) if "." in value or "e" in value else int(value)
         return out
 
 

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs the Redis Cluster client tests with one test program: run.sh <program>.
 # First the tests that need no cluster; then, on a fresh cluster of 6
-# redis-server on 127.0.0.1 (tests/remote/cluster.sh), the rest. The cluster
+# redis-server on 127.0.0.1 (contrib/redis-cluster.sh), the rest. The cluster
 # is always stopped at the end. Exit 77 (skip) only where redis-server or
 # redis-cli is missing, or artfs was built without hiredis; it says which.
 prog="$1"
@@ -24,7 +24,7 @@ done
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/artfs-remote.XXXXXX")
 cleanup() {
-	sh "$here/cluster.sh" stop "$dir/cluster"
+	sh "$here/../../contrib/redis-cluster.sh" stop "$dir/cluster"
 	rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -40,7 +40,7 @@ low=10000
 started=
 for attempt in 1 2 3; do
 	base=$(shuf -i "$low-$top" -n 1)
-	if sh "$here/cluster.sh" start "$dir/cluster" "$base"; then
+	if sh "$here/../../contrib/redis-cluster.sh" start "$dir/cluster" "$base"; then
 		started=yes
 		break
 	fi

@@ -1,5 +1,6 @@
 #!/bin/sh
-# A throwaway Redis Cluster on loopback for the remote tests: 6 redis-server
+# A small Redis Cluster on loopback, to try artfs's remote= tier and for its
+# tests: 6 redis-server
 # (3 masters, 1 replica each) bound to 127.0.0.1, nothing persisted.
 #
 #   cluster.sh start <dir> <base_port>   ports base..base+5, bus ports +10000

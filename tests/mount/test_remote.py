@@ -1,0 +1,286 @@
+"""R3 across nodes (DESIGN.md §7): two artfs daemons with stores of their own
+(two "nodes" on one machine) over a real Redis Cluster on 127.0.0.1
+(contrib/redis-cluster.sh: 3 masters, 1 replica each), every wait bounded."""
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from conftest import Mount, publish, read_result, wait_for
+from envelope import derive_key, encode, npy_bytes, routed_experts
+
+WV = "rollout-7"
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLUSTER_SH = os.path.join(HERE, "..", "..", "contrib", "redis-cluster.sh")
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("redis-server") and shutil.which("redis-cli")),
+    reason="redis-server/redis-cli missing (apt-get install redis-server redis-tools)")
+
+
+def key_hex(wv, h):
+    return derive_key(wv, h).split("/", 1)[1]
+
+
+class Cluster:
+    def __init__(self, base_dir):
+        self.dir = os.path.join(base_dir, "cluster")
+        self.base = None
+
+    def start(self):
+        lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+        top = max(lo - 10010, 12000)
+        for attempt in range(12):
+            base = 11000 + (os.getpid() * 37 + attempt * 617) % max(top - 11000, 100)
+            r = subprocess.run(["sh", CLUSTER_SH, "start", self.dir, str(base)],
+                               capture_output=True, text=True, timeout=90)
+            if r.returncode == 0:
+                self.base = base
+                return self
+        raise AssertionError("no cluster could be started:\n" + r.stderr)
+
+    def stop(self):
+        subprocess.run(["sh", CLUSTER_SH, "stop", self.dir], timeout=30)
+
+    @property
+    def seeds(self):
+        return f"127.0.0.1:{self.base},127.0.0.1:{self.base + 1}"
+
+    def ports(self):
+        return [self.base + i for i in range(6)]
+
+    def pids(self):
+        out = []
+        for p in self.ports():
+            try:
+                out.append(int(open(os.path.join(self.dir, f"redis-{p}.pid")).read()))
+            except (OSError, ValueError):
+                pass
+        return out
+
+    def cli(self, *args, port=None):
+        return subprocess.run(["redis-cli", "-c", "-h", "127.0.0.1", "-p",
+                               str(port or self.base), *args],
+                              capture_output=True, timeout=10)
+
+    def masters(self):
+        out = self.cli("cluster", "nodes").stdout.decode()
+        return [int(l.split()[1].split(":")[1].split("@")[0]) for l in out.splitlines()
+                if "master" in l.split()[2] and "fail" not in l.split()[2]]
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(str(tmp_path)).start()
+    yield c
+    for pid in c.pids():
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+    c.stop()
+
+
+@pytest.fixture
+def nodes(tmp_path, cluster):
+    made = []
+
+    def node(name, **options):
+        opts = {"remote": cluster.seeds, "remote_timeout": "1"}
+        opts.update(options)
+        m = Mount(tmp_path, name, store=str(tmp_path / f"store-{name}"), **opts).start()
+        made.append(m)
+        return m
+
+    yield node
+    for m in made:
+        m.stop()
+
+
+def request(n=3, rows=16):
+    arrays = [routed_experts(rows, seed=i) for i in range(n - 1)] + [routed_experts(5, seed=99)]
+    hashes = ["%02x" % (0x40 + i) * 8 for i in range(n)]
+    envs, start = [], 0
+    for i, (h, a) in enumerate(zip(hashes, arrays)):
+        envs.append(encode(WV, h, a, kind="block" if a.shape[0] == rows else "tail",
+                           source_token_start=start))
+        start += a.shape[0]
+    return hashes, arrays, envs
+
+
+def test_published_on_a_readable_on_b_by_every_path(nodes):
+    a, b = nodes("a"), nodes("b")
+    hashes, arrays, envs = request()
+    os.makedirs(a.path(WV), exist_ok=True)
+    for h, e in zip(hashes, envs):
+        assert publish(a.path(WV, h), e) == 0
+    # B never saw the version: it resolves, and each object comes from the cluster.
+    assert read_result(b.path(WV, hashes[0])) == npy_bytes(arrays[0])
+    assert os.stat(b.path(WV, hashes[1])).st_size == len(npy_bytes(arrays[1]))
+    out = subprocess.run(["getfattr", "-n", "user.artfs.key", "--only-values",
+                          b.path(WV, hashes[1])], capture_output=True, text=True).stdout
+    assert out == derive_key(WV, hashes[1])
+    k2 = key_hex(WV, hashes[2])
+    assert read_result(b.path(".keys", k2)) == envs[2]
+    # .get and .materialize fetch their misses too (a node C that saw nothing).
+    c = nodes("c")
+    fd = os.open(c.path(".keys", ".get"), os.O_RDWR)
+    os.write(fd, "".join(key_hex(WV, h) + "\n" for h in hashes).encode())
+    got = os.pread(fd, 1 << 20, 0)
+    os.close(fd)
+    assert got == b"".join(envs)
+    d = nodes("d")
+    os.makedirs(d.path(WV), exist_ok=True)
+    fd = os.open(d.path(WV, ".materialize"), os.O_RDWR)
+    os.write(fd, ("".join(h + "\n" for h in hashes)).encode())
+    got = os.pread(fd, 1 << 20, 0)
+    os.close(fd)
+    assert got == npy_bytes(np.concatenate(arrays))
+    # What was fetched is cached here: served with the cluster gone.
+    m = b.metrics()
+    assert m["artfs_remote_hits_total"] >= 2
+    assert os.path.exists(b.store_file(WV, hashes[0]))
+    # Absent everywhere: ENOENT, never cached as absent.
+    assert read_result(b.path(WV, "ee" * 8)) == "open:ENOENT"
+    assert publish(a.path(WV, "ee" * 8), encode(WV, "ee" * 8, routed_experts(3))) == 0
+    assert read_result(b.path(WV, "ee" * 8)) == npy_bytes(routed_experts(3))
+
+
+def put_batch(m, wv, records):
+    fd = os.open(m.path(wv, ".put"), os.O_RDWR)
+    try:
+        os.write(fd, b"".join(h.encode() + b"\n" + e for h, e in records))
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass
+        return os.pread(fd, 1 << 16, 0).decode().split()
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def test_collisions_across_nodes(nodes):
+    a, b = nodes("a"), nodes("b")
+    os.makedirs(a.path(WV), exist_ok=True)
+    os.makedirs(b.path(WV), exist_ok=True)
+    h = "77" * 8
+    assert publish(a.path(WV, h), encode(WV, h, routed_experts(4, seed=1))) == 0
+    # B has nothing of it: its publish meets A's in the cluster.
+    got = put_batch(b, WV, [(h, encode(WV, h, routed_experts(4, seed=2)))])
+    assert got == [key_hex(WV, h), "EEXIST"]
+    assert not os.path.exists(b.store_file(WV, h))  # nothing committed on B
+    got = put_batch(b, WV, [(h, encode(WV, h, routed_experts(4, seed=1)))])
+    assert got == [key_hex(WV, h), "0"]  # identical: 0, and B holds it now
+    assert os.path.exists(b.store_file(WV, h))
+    assert read_result(b.path(WV, h)) == npy_bytes(routed_experts(4, seed=1))
+
+
+def test_a_tampered_remote_value_is_eio_and_never_cached(nodes, cluster):
+    a, b = nodes("a"), nodes("b")
+    os.makedirs(a.path(WV), exist_ok=True)
+    h = "99" * 8
+    env = encode(WV, h, routed_experts(4))
+    assert publish(a.path(WV, h), env) == 0
+    bad = bytearray(env)
+    bad[-1] ^= 0x40
+    r = subprocess.run(["redis-cli", "-c", "-h", "127.0.0.1", "-p", str(cluster.base), "-x",
+                        "set", f"artfs:{key_hex(WV, h)}"], input=bytes(bad),
+                       capture_output=True, timeout=10)
+    assert r.returncode == 0 and b"OK" in r.stdout, r
+    assert read_result(b.path(WV, h)).endswith("EIO")
+    assert not os.path.exists(b.store_file(WV, h))
+    assert b.wait_log("fails validation")
+    assert read_result(a.path(WV, h)) == npy_bytes(routed_experts(4))  # A's own copy
+
+
+def test_the_cluster_stopped_local_hits_served_misses_and_publishes_eio(nodes, cluster):
+    a, b = nodes("a"), nodes("b")
+    os.makedirs(a.path(WV), exist_ok=True)
+    h = "aa" * 8
+    assert publish(a.path(WV, h), encode(WV, h, routed_experts(4))) == 0
+    for pid in cluster.pids():
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        assert read_result(a.path(WV, h)) == npy_bytes(routed_experts(4))
+        t0 = time.time()
+        assert read_result(b.path(WV, h)).endswith("EIO")
+        assert time.time() - t0 < 4  # remote_timeout=1, with slack for a busy machine
+        t0 = time.time()
+        # A new name is asked of the cluster first: EIO already at open.
+        assert publish(a.path(WV, "ab" * 8), encode(WV, "ab" * 8, routed_experts(4))) \
+            in ("open:EIO", "close:EIO", "write:EIO")
+        assert time.time() - t0 < 4
+        assert not os.path.exists(a.store_file(WV, "ab" * 8))
+    finally:
+        for pid in cluster.pids():
+            os.kill(pid, signal.SIGCONT)
+    assert a.metrics()["artfs_remote_errors_total"] >= 1
+
+
+def test_a_full_cluster_is_enospc(nodes, cluster):
+    a = nodes("a")
+    os.makedirs(a.path(WV), exist_ok=True)
+    for port in cluster.ports():
+        cluster.cli("config", "set", "maxmemory-policy", "noeviction", port=port)
+        cluster.cli("config", "set", "maxmemory", "1", port=port)
+    try:
+        got = publish(a.path(WV, "bb" * 8), encode(WV, "bb" * 8, routed_experts(4)))
+        assert got == "close:ENOSPC", got
+        assert not os.path.exists(a.store_file(WV, "bb" * 8))
+    finally:
+        for port in cluster.ports():
+            cluster.cli("config", "set", "maxmemory", "0", port=port)
+
+
+def test_a_master_killed_mid_stream_loses_no_committed_object(nodes, cluster):
+    a, b = nodes("a", remote_timeout="3"), nodes("b", remote_timeout="3")
+    os.makedirs(a.path(WV), exist_ok=True)
+    committed = []
+    victim = cluster.masters()[0]
+    killed = False
+    deadline = time.time() + 20
+    i = 0
+    while time.time() < deadline and i < 200:
+        h = "%04x" % i + "cc" * 6
+        r = publish(a.path(WV, h), encode(WV, h, routed_experts(2, seed=i)))
+        if r == 0:
+            committed.append((h, i))
+        i += 1
+        if i == 20 and not killed:
+            pid = int(open(os.path.join(cluster.dir, f"redis-{victim}.pid")).read())
+            os.kill(pid, signal.SIGKILL)
+            killed = True
+    assert killed and len(committed) >= 20
+    # After the failover every close() == 0 is readable on B.
+    assert wait_for(lambda: read_result(b.path(WV, committed[-1][0])) != "open:EIO", timeout=30)
+    for h, seed in committed:
+        assert read_result(b.path(WV, h)) == npy_bytes(routed_experts(2, seed=seed)), h
+
+
+def test_batch_put_with_a_cluster_and_config_lists_the_options(nodes):
+    a, b = nodes("a"), nodes("b")
+    envs = [encode(WV, "%02x" % i * 8, routed_experts(3, seed=i)) for i in range(8)]
+    fd = os.open(a.path(".keys", ".put"), os.O_RDWR)
+    os.write(fd, b"".join(envs))
+    os.fsync(fd)
+    lines = os.pread(fd, 1 << 16, 0).decode().splitlines()
+    os.close(fd)
+    assert [l.split()[1] for l in lines] == ["0"] * 8
+    keys = [l.split()[0] for l in lines]
+    fd = os.open(b.path(".keys", ".get"), os.O_RDWR)
+    os.write(fd, "".join(k + "\n" for k in keys).encode())
+    assert os.pread(fd, 1 << 20, 0) == b"".join(envs)
+    os.close(fd)
+    cfg = open(a.path(".artfs", "config")).read()
+    for opt in ("remote = 127.0.0.1:", "remote_prefix = artfs", "remote_ttl = 3600",
+                "remote_timeout = 1", "remote_auth = "):
+        assert opt in cfg, cfg
+    assert "artfs_remote_latency_seconds_bucket" in open(a.path(".artfs", "metrics")).read()
