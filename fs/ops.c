@@ -65,12 +65,63 @@ static void reply_entry(fuse_req_t req, int rc, const struct tree_entry *e)
 		tree_forget(tree_of(req), e->node, 1); /* the request was interrupted */
 }
 
-static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+/* A request handed to a worker (fs_defer) when it may take long: its
+ * arguments, copied, and what to run. A write's bytes are copied too,
+ * since the request's buffer is reused once the handler returns. */
+struct job {
+	void (*run)(struct job *j);
+	fuse_req_t req;
+	struct handle *h;
+	struct node *n;            /* opendir: the kernel holds the inode meanwhile */
+	struct fuse_file_info fi;
+	size_t size;
+	off_t off;
+	const char *data;          /* write: the bytes (j->copy once deferred) */
+	char copy[];
+};
+
+static void job_main(void *arg)
+{
+	struct job *j = arg;
+
+	j->run(j);
+	free(j);
+}
+
+/* Runs j at once when quick (or when no worker can take it), else on a
+ * worker; copies what must outlive this handler. */
+static void run_or_defer(bool quick, struct job *j)
+{
+	size_t extra = j->data ? j->size : 0;
+	struct job *d;
+
+	if (!quick && (d = malloc(sizeof(*d) + extra))) {
+		*d = *j;
+		if (extra) {
+			memcpy(d->copy, j->data, extra);
+			d->data = d->copy;
+		}
+		if (fs_defer(job_main, d) == 0)
+			return;
+		free(d);
+	}
+	j->run(j);
+}
+
+static void run_lookup(struct job *j)
 {
 	struct tree_entry e;
-	int rc = tree_lookup(tree_of(req), node_of(req, parent), name, &e);
+	int rc = tree_lookup(tree_of(j->req), j->n, j->data, &e);
 
-	reply_entry(req, rc, &e);
+	reply_entry(j->req, rc, &e);
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct job j = { .run = run_lookup, .req = req, .n = node_of(req, parent), .data = name,
+			 .size = strlen(name) + 1 };
+
+	run_or_defer(tree_lookup_quick(tree_of(req)), &j);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -204,49 +255,6 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	set_open_flags(fi, h, &r);
 	if (fuse_reply_open(req, fi) != 0)
 		tree_release(t, h);
-}
-
-/* A request handed to a worker (fs_defer) when it may take long: its
- * arguments, copied, and what to run. A write's bytes are copied too,
- * since the request's buffer is reused once the handler returns. */
-struct job {
-	void (*run)(struct job *j);
-	fuse_req_t req;
-	struct handle *h;
-	struct node *n;            /* opendir: the kernel holds the inode meanwhile */
-	struct fuse_file_info fi;
-	size_t size;
-	off_t off;
-	const char *data;          /* write: the bytes (j->copy once deferred) */
-	char copy[];
-};
-
-static void job_main(void *arg)
-{
-	struct job *j = arg;
-
-	j->run(j);
-	free(j);
-}
-
-/* Runs j at once when quick (or when no worker can take it), else on a
- * worker; copies what must outlive this handler. */
-static void run_or_defer(bool quick, struct job *j)
-{
-	size_t extra = j->data ? j->size : 0;
-	struct job *d;
-
-	if (!quick && (d = malloc(sizeof(*d) + extra))) {
-		*d = *j;
-		if (extra) {
-			memcpy(d->copy, j->data, extra);
-			d->data = d->copy;
-		}
-		if (fs_defer(job_main, d) == 0)
-			return;
-		free(d);
-	}
-	j->run(j);
 }
 
 static void run_read(struct job *j)

@@ -39,6 +39,7 @@ struct publish {
 	 * .keys/): an identical publish by path gives it this name. */
 	struct object *adopt;        /* referenced */
 	bool fetched;                /* the bytes came from the cluster: not written back */
+	bool checked;                /* the payload hashed to payload_sha256 */
 	uint64_t reserved;           /* bytes of t->bytes_reserved held: those received */
 	bool pending;                /* obj is in its version's pending table */
 	bool finished;               /* result is final */
@@ -439,6 +440,22 @@ static int adopt(struct tree *t, struct publish *u)
 	return 0;
 }
 
+/* The cluster said no: nothing is committed here either. */
+static int remote_refused(struct tree *t, struct publish *u, int rc)
+{
+	if (rc == -EEXIST) {
+		counter_inc(&t->metrics.collisions);
+		log_warn("publish %s/%s: collision: the cluster holds different content for %s",
+			 u->ver->name, u->name, u->key);
+		drop_data(t, u);
+		u->error = rc;
+		return rc;
+	}
+	if (rc == -ENOSPC)
+		return fail(t, u, rc, "the cluster is out of memory (maxmemory); nothing committed");
+	return fail(t, u, -EIO, "the cluster did not take it in time; nothing committed");
+}
+
 /* With remote=: the object goes to the cluster before the local commit, so
  * that close() == 0 means it is on this node and in the cluster. */
 static int put_remote(struct tree *t, struct publish *u)
@@ -453,18 +470,7 @@ static int put_remote(struct tree *t, struct publish *u)
 	}
 	int rc = remote_put(t->remote, u->key + sizeof(ARTFS_KEY_PREFIX) - 1, buf, u->total);
 	free(buf);
-	if (rc == -EEXIST) {
-		counter_inc(&t->metrics.collisions);
-		log_warn("publish %s/%s: collision: the cluster holds different content for %s",
-			 u->ver->name, u->name, u->key);
-		drop_data(t, u);
-		return rc;
-	}
-	if (rc == -ENOSPC)
-		return fail(t, u, rc, "the cluster is out of memory (maxmemory); nothing committed");
-	if (rc < 0)
-		return fail(t, u, -EIO, "the cluster did not take it in time; nothing committed");
-	return 0;
+	return rc < 0 ? remote_refused(t, u, rc) : 0;
 }
 
 /* Links the verified file into place and indexes it. */
@@ -538,36 +544,86 @@ static int commit(struct tree *t, struct publish *u)
 	return 0;
 }
 
+/* All bytes in and the payload hashing to what the header says: 0, or
+ * the publish's errno (sticky). Under u->mu. */
+static int payload_checked(struct tree *t, struct publish *u)
+{
+	uint8_t digest[32];
+
+	if (u->error)
+		return u->error;
+	if (!u->have_header || u->received < u->total)
+		return -EBADMSG; /* counted and logged if the last close leaves it so */
+	if (u->checked)
+		return 0;
+	sha256_end(&u->sha, digest);
+	if (memcmp(digest, u->env.payload_sha256, 32) != 0) {
+		char a[65], d[128];
+		key_hex(digest, 32, a);
+		snprintf(d, sizeof(d), "payload hashes to %s, not to payload_sha256", a);
+		return reject(t, u, ENVELOPE_CHECKSUM, d);
+	}
+	u->checked = true;
+	return 0;
+}
+
 static int publish_finish(struct tree *t, struct handle *h)
 {
 	struct publish *u = (struct publish *)h;
-	uint8_t digest[32];
 	int rc;
 
 	pthread_mutex_lock(&u->mu);
 	if (u->finished)
 		rc = u->result;
-	else if (u->error)
-		rc = u->error;
-	else if (!u->have_header || u->received < u->total)
-		rc = -EBADMSG; /* counted and logged if the last close leaves it so */
-	else {
-		sha256_end(&u->sha, digest);
-		if (memcmp(digest, u->env.payload_sha256, 32) != 0) {
-			char a[65], d[128];
-			key_hex(digest, 32, a);
-			snprintf(d, sizeof(d), "payload hashes to %s, not to payload_sha256", a);
-			rc = reject(t, u, ENVELOPE_CHECKSUM, d);
-		} else {
-			rc = commit(t, u);
-			u->finished = true;
-			u->result = rc;
-			drop_data(t, u);
-		}
+	else if ((rc = payload_checked(t, u)) == 0) {
+		rc = commit(t, u);
+		u->finished = true;
+		u->result = rc;
+		drop_data(t, u);
 	}
 	version_touch(u->ver);
 	pthread_mutex_unlock(&u->mu);
 	return rc;
+}
+
+int publish_prepare(struct tree *t, struct handle *h, uint8_t **buf, size_t *len,
+		    char key_hex[65])
+{
+	struct publish *u = (struct publish *)h;
+	int rc;
+
+	*buf = NULL;
+	pthread_mutex_lock(&u->mu);
+	if (u->finished)
+		rc = u->result;
+	else if ((rc = payload_checked(t, u)) == 0 && !u->onto_existing && !u->fetched) {
+		*buf = malloc(u->total ? u->total : 1);
+		if (!*buf)
+			rc = -ENOMEM;
+		else if (store_pread_all(u->tmp.fd, *buf, u->total, 0) < 0) {
+			free(*buf);
+			*buf = NULL;
+			rc = fail(t, u, -EIO, "cannot read back its temporary file");
+		} else {
+			*len = u->total;
+			memcpy(key_hex, u->key + sizeof(ARTFS_KEY_PREFIX) - 1, 64);
+			key_hex[64] = '\0';
+		}
+	}
+	pthread_mutex_unlock(&u->mu);
+	return rc;
+}
+
+void publish_remote_result(struct tree *t, struct handle *h, int rc)
+{
+	struct publish *u = (struct publish *)h;
+
+	pthread_mutex_lock(&u->mu);
+	if (rc == 0)
+		u->fetched = true; /* in the cluster already: commit here only */
+	else if (!u->finished && !u->error)
+		remote_refused(t, u, rc);
+	pthread_mutex_unlock(&u->mu);
 }
 
 void publish_mark_fetched(struct handle *h)
@@ -646,7 +702,7 @@ static bool publish_write_quick(struct tree *t, struct handle *h, size_t len)
 
 static bool publish_flush_quick(struct tree *t, struct handle *h)
 {
-	return !t->sizing && !publish_busy(h);
+	return !t->sizing && !t->remote && !publish_busy(h);
 }
 
 static const struct handle_ops publish_ops = {

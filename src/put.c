@@ -11,6 +11,7 @@
 #include "log.h"
 #include "publish.h"
 #include "put.h"
+#include "remote.h"
 
 enum put_state {
 	PUT_LINE,    /* <wv>/.put: reading `<hash>\n` */
@@ -40,6 +41,13 @@ struct put {
 	uint64_t fed;               /* bytes given to the publish */
 	struct handle *pub;         /* the record's publish */
 	char key[65];               /* its key hex, or "-" */
+	/* with remote=: records whose bytes are all in, waiting for one
+	 * pipelined round to the cluster (then committed here in order) */
+	struct pending {
+		struct handle *pub;
+		char key[65];
+	} pending[PUT_PIPELINE];
+	size_t npending;
 	/* outcomes */
 	uint32_t records;
 	int first_error;
@@ -64,7 +72,7 @@ static const char *errno_label(int rc)
 }
 
 /* One record's outcome: a result line, and the batch's errno if first. */
-static int record_done(struct put *p, int rc)
+static int record_line(struct put *p, int rc)
 {
 	char line[96];
 	int n = snprintf(line, sizeof(line), "%s %s\n", p->key, errno_label(rc));
@@ -83,6 +91,20 @@ static int record_done(struct put *p, int rc)
 	if (rc && !p->first_error)
 		p->first_error = rc;
 	return 0;
+}
+
+static int flush_pending(struct tree *t, struct put *p);
+
+/* A record refused before its publish began: its line comes after those
+ * of the records still waiting for the cluster. */
+static int refused(struct tree *t, struct put *p, int rc)
+{
+	char key[65];
+
+	memcpy(key, p->key, sizeof(key));
+	int r = flush_pending(t, p);
+	memcpy(p->key, key, sizeof(key));
+	return r < 0 ? r : record_line(p, rc);
 }
 
 static void next_record(struct put *p)
@@ -115,12 +137,12 @@ static int start_record(struct tree *t, struct put *p)
 		log_warn("put %s: record %u: %s; the rest of the batch is refused", where(p),
 			 p->records, detail);
 		p->state = PUT_DEAD;
-		return record_done(p, -EBADMSG);
+		return refused(t, p, -EBADMSG);
 	}
 	uint64_t total = envelope_total_len(&env);
 	if (total == UINT64_MAX) {
 		p->state = PUT_DEAD;
-		return record_done(p, -EBADMSG);
+		return refused(t, p, -EBADMSG);
 	}
 	p->remaining = total - p->head_len;
 	const char *hex = env.key + sizeof(ARTFS_KEY_PREFIX) - 1;
@@ -158,19 +180,68 @@ static int start_record(struct tree *t, struct put *p)
 	if (rc < 0 && !p->pub) {
 		/* Refused before its publish began: pass over its bytes. */
 		p->state = PUT_SKIP;
-		return record_done(p, rc);
+		return refused(t, p, rc);
 	}
 	p->state = PUT_BODY; /* a refusal is sticky in the publish: said at its end */
 	return 0;
 }
 
+/* Sends the waiting records to the cluster in one pipelined round per
+ * node, then commits each here, in order. */
+static int flush_pending(struct tree *t, struct put *p)
+{
+	size_t n = p->npending, k = 0;
+	const char *keys[PUT_PIPELINE];
+	const void *vals[PUT_PIPELINE];
+	size_t lens[PUT_PIPELINE], which[PUT_PIPELINE];
+	uint8_t *bufs[PUT_PIPELINE] = { 0 };
+	int results[PUT_PIPELINE], prep[PUT_PIPELINE], rc = 0;
+
+	if (!n)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char hex[65];
+		prep[i] = publish_prepare(t, p->pending[i].pub, &bufs[i], &lens[i], hex);
+		if (prep[i] == 0 && bufs[i]) {
+			keys[k] = p->pending[i].key;
+			vals[k] = bufs[i];
+			lens[k] = lens[i];
+			which[k++] = i;
+		}
+	}
+	if (k)
+		remote_put_many(t->remote, k, keys, vals, lens, results);
+	for (size_t j = 0; j < k; j++)
+		publish_remote_result(t, p->pending[which[j]].pub, results[j]);
+	for (size_t i = 0; i < n; i++) {
+		struct handle *pub = p->pending[i].pub;
+		int r = pub->ops->fsync(t, pub);
+		handle_put(t, pub);
+		free(bufs[i]);
+		memcpy(p->key, p->pending[i].key, sizeof(p->key));
+		if (rc == 0)
+			rc = record_line(p, r);
+	}
+	p->npending = 0;
+	snprintf(p->key, sizeof(p->key), "-");
+	return rc;
+}
+
 static int finish_record(struct tree *t, struct put *p)
 {
+	if (t->remote) {
+		/* Its cluster write goes with the others of this round. */
+		p->pending[p->npending].pub = p->pub;
+		memcpy(p->pending[p->npending].key, p->key, sizeof(p->key));
+		p->npending++;
+		p->pub = NULL;
+		return p->npending == PUT_PIPELINE ? flush_pending(t, p) : 0;
+	}
 	int rc = p->pub->ops->fsync(t, p->pub);
 
 	handle_put(t, p->pub);
 	p->pub = NULL;
-	return record_done(p, rc);
+	return record_line(p, rc);
 }
 
 static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len)
@@ -219,7 +290,7 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 						 "the rest of the batch is refused", where(p), p->records,
 						 hlen, ARTFS_ENVELOPE_HEADER_MAX);
 					p->state = PUT_DEAD;
-					rc = record_done(p, -EBADMSG);
+					rc = refused(t, p, -EBADMSG);
 					break;
 				}
 				p->head_need = ENVELOPE_PREFIX_LEN + hlen;
@@ -303,9 +374,10 @@ static int put_end(struct tree *t, struct put *p)
 		handle_put(t, p->pub); /* its release says "closed early" */
 		p->pub = NULL;
 	}
+	flush_pending(t, p);
 	if (cut && p->state != PUT_SKIP) {
 		log_warn("put %s: record %u cut short; nothing of it committed", where(p), p->records);
-		record_done(p, -EBADMSG);
+		record_line(p, -EBADMSG);
 	} else if (cut && !p->first_error)
 		p->first_error = -EBADMSG;
 	if (p->state == PUT_DEAD && !p->first_error)
@@ -358,6 +430,8 @@ static void put_release(struct tree *t, struct handle *h)
 
 	if (p->pub)
 		handle_put(t, p->pub);
+	for (size_t i = 0; i < p->npending; i++)
+		handle_put(t, p->pending[i].pub); /* never ended: nothing committed */
 	if (p->ver) {
 		pthread_mutex_lock(&t->lock);
 		p->ver->open_files--;
@@ -374,13 +448,13 @@ static void put_release(struct tree *t, struct handle *h)
 static bool put_write_quick(struct tree *t, struct handle *h, size_t len)
 {
 	(void)h;
-	return len <= HANDLE_QUICK_BYTES && !t->sizing;
+	return len <= HANDLE_QUICK_BYTES && !t->sizing && !t->remote;
 }
 
 static bool put_flush_quick(struct tree *t, struct handle *h)
 {
 	(void)h;
-	return !t->sizing;
+	return !t->sizing && !t->remote; /* the cluster is a round trip away */
 }
 
 static const struct handle_ops put_ops = {

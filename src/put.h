@@ -12,6 +12,8 @@
 
 /* Records one batch may hold (its result lines are kept until close). */
 #define PUT_RECORDS_MAX (1u << 20)
+/* With remote=: records sent to the cluster in one pipelined round. */
+#define PUT_PIPELINE 64
 
 /* v: the version of <wv>/.put, or NULL for .keys/.put. */
 int put_open(struct tree *t, struct version *v, struct handle **h, struct open_reply *r);

@@ -798,6 +798,11 @@ bool tree_release_quick(struct tree *t, struct handle *h)
 	return !h->ops->release_slow;
 }
 
+bool tree_lookup_quick(struct tree *t)
+{
+	return !t->remote;
+}
+
 bool tree_opendir_quick(struct tree *t, struct node *n)
 {
 	if (n->type == NODE_KEYS_DIR)
