@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -100,7 +101,7 @@ void handles_release_all(struct tree *t)
 
 /* ---- versions ---------------------------------------------------------------- */
 
-static struct version *find_version(struct tree *t, const char *name)
+struct version *version_find(struct tree *t, const char *name)
 {
 	pthread_mutex_lock(&t->lock);
 	struct version *v = index_version_find(&t->idx, name);
@@ -113,7 +114,7 @@ static struct version *find_version(struct tree *t, const char *name)
 static int make(struct tree *t, const char *name, bool keyonly, struct version **out)
 {
 	for (;;) {
-		struct version *v = find_version(t, name);
+		struct version *v = version_find(t, name);
 		if (v) {
 			*out = v;
 			return -EEXIST;
@@ -200,4 +201,38 @@ bool transaction_memory_take(struct tree *t, uint64_t len)
 void transaction_memory_give(struct tree *t, uint64_t len)
 {
 	atomic_fetch_sub(&t->materialize_held, len);
+}
+
+int request_text_append(struct tree *t, struct request_text *rt, uint64_t off, const void *buf,
+			size_t len, size_t max)
+{
+	if (off != rt->len)
+		return -EINVAL;
+	if (len > max - rt->len)
+		return -EFBIG;
+	if (rt->len + len > rt->cap) {
+		size_t cap = rt->cap ? rt->cap : 4096;
+		while (cap < rt->len + len)
+			cap *= 2;
+		if (!transaction_memory_take(t, cap - rt->cap))
+			return -ENOMEM;
+		char *grown = realloc(rt->text, cap);
+		if (!grown) {
+			transaction_memory_give(t, cap - rt->cap);
+			return -ENOMEM;
+		}
+		rt->held += cap - rt->cap;
+		rt->text = grown;
+		rt->cap = cap;
+	}
+	memcpy(rt->text + rt->len, buf, len);
+	rt->len += len;
+	return (int)len;
+}
+
+void request_text_free(struct tree *t, struct request_text *rt)
+{
+	transaction_memory_give(t, rt->held);
+	free(rt->text);
+	memset(rt, 0, sizeof(*rt));
 }

@@ -148,6 +148,9 @@ struct node *node_from_id(struct tree *t, uint64_t id);
 /* Waits until the store's bytes are all counted (after a start). */
 void sizing_wait(struct tree *t);
 
+/* The indexed version of that name, referenced; NULL if none. */
+struct version *version_find(struct tree *t, const char *name);
+
 /* Makes version name (store directory and index entry). Returns 0 with a
  * referenced *out, -EEXIST (*out is the existing one, referenced), -EINVAL
  * (not a version name), or another negative errno (logged). */
@@ -157,6 +160,19 @@ int version_make(struct tree *t, const char *name, struct version **out);
  * results and request text, all of them together under materialize_max=. */
 bool transaction_memory_take(struct tree *t, uint64_t len);
 void transaction_memory_give(struct tree *t, uint64_t len);
+
+/* The text a transaction file's writes send (a .materialize request, the
+ * keys of a .get), grown as it comes and charged to materialize_max=. */
+struct request_text {
+	char *text;
+	size_t len, cap, held;
+};
+
+/* Appends a write at off: len, or -EINVAL (not at the end), -EFBIG (past
+ * max bytes), -ENOMEM (no memory, or materialize_max= reached). */
+int request_text_append(struct tree *t, struct request_text *rt, uint64_t off, const void *buf,
+			size_t len, size_t max);
+void request_text_free(struct tree *t, struct request_text *rt);
 
 /* The objects that have only a key live in one hidden version (not a valid
  * version name, so never a directory of the mount): store v/.keys, their

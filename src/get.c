@@ -19,8 +19,7 @@
 struct get {
 	struct handle h;
 	pthread_mutex_t mu;
-	char *text;
-	size_t text_len, text_cap, text_held;
+	struct request_text req;  /* the keys as written */
 	bool done;
 	int error;
 	uint8_t *out;             /* the envelopes, in their own mapping */
@@ -154,7 +153,7 @@ static int run(struct tree *t, struct get *g)
 {
 	uint8_t (*keys)[32] = NULL;
 	size_t n = 0;
-	int rc = parse(g->text ? g->text : "", g->text_len, &keys, &n);
+	int rc = parse(g->req.text ? g->req.text : "", g->req.len, &keys, &n);
 
 	if (rc < 0)
 		return rc;
@@ -238,32 +237,10 @@ static int get_write(struct tree *t, struct handle *h, uint64_t off, const void 
 
 	(void)owner;
 	pthread_mutex_lock(&g->mu);
-	if (g->done || off != g->text_len)
-		rc = -EINVAL; /* one transaction per open, written in order */
-	else if (len > GET_REQUEST_MAX - g->text_len)
-		rc = -EFBIG;
-	else if (g->text_len + len > g->text_cap) {
-		size_t cap = g->text_cap ? g->text_cap : 4096;
-		while (cap < g->text_len + len)
-			cap *= 2;
-		char *grown = NULL;
-		if (transaction_memory_take(t, cap - g->text_cap)) {
-			grown = realloc(g->text, cap);
-			if (!grown)
-				transaction_memory_give(t, cap - g->text_cap);
-		}
-		if (!grown)
-			rc = -ENOMEM;
-		else {
-			g->text_held += cap - g->text_cap;
-			g->text = grown;
-			g->text_cap = cap;
-		}
-	}
-	if (rc > 0) {
-		memcpy(g->text + g->text_len, buf, len);
-		g->text_len += len;
-	}
+	if (g->done)
+		rc = -EINVAL; /* one transaction per open */
+	else
+		rc = request_text_append(t, &g->req, off, buf, len, GET_REQUEST_MAX);
 	pthread_mutex_unlock(&g->mu);
 	if (rc < 0)
 		log_warn("get .keys: write refused (%s)", strerror(-rc));
@@ -293,9 +270,8 @@ static void get_release(struct tree *t, struct handle *h)
 	struct get *g = (struct get *)h;
 
 	result_free(t, g);
-	transaction_memory_give(t, g->text_held);
+	request_text_free(t, &g->req);
 	pthread_mutex_destroy(&g->mu);
-	free(g->text);
 	free(g);
 }
 

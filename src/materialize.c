@@ -22,14 +22,12 @@ struct mat {
 	struct handle h;
 	pthread_mutex_t mu;
 	struct version *ver;      /* referenced */
-	char *text;               /* the request as written */
-	size_t text_len, text_cap;
+	struct request_text req;  /* the request as written */
 	bool done;                /* the result (or error) is final */
 	int error;
 	uint8_t *out;             /* the .npy, in its own mapping */
 	size_t out_len;
 	size_t out_map;           /* bytes mapped, charged to materialize_max= */
-	size_t text_held;         /* bytes of text charged to materialize_max= */
 };
 
 /* ---- the request text ---------------------------------------------------- */
@@ -411,7 +409,7 @@ static int run(struct tree *t, struct mat *m)
 {
 	struct materialize_request req;
 	char err[256];
-	int rc = materialize_parse(m->text ? m->text : "", m->text_len, &req, err, sizeof(err));
+	int rc = materialize_parse(m->req.text ? m->req.text : "", m->req.len, &req, err, sizeof(err));
 
 	if (rc < 0)
 		return fail(m, rc, "bad request: %s", err);
@@ -552,34 +550,8 @@ static int materialize_write(struct tree *t, struct handle *h, uint64_t off, con
 	pthread_mutex_lock(&m->mu);
 	if (m->done)
 		rc = -EINVAL; /* one transaction per open: reopen for another */
-	else if (off != m->text_len)
-		rc = -EINVAL;
-	else if (len > MATERIALIZE_REQUEST_MAX - m->text_len)
-		rc = -EFBIG;
-	else {
-		if (m->text_len + len > m->text_cap) {
-			size_t cap = m->text_cap ? m->text_cap : 4096;
-			while (cap < m->text_len + len)
-				cap *= 2;
-			char *grown = NULL;
-			if (transaction_memory_take(t, cap - m->text_cap)) {
-				grown = realloc(m->text, cap);
-				if (!grown)
-					transaction_memory_give(t, cap - m->text_cap);
-			}
-			if (!grown)
-				rc = -ENOMEM;
-			else {
-				m->text_held += cap - m->text_cap;
-				m->text = grown;
-				m->text_cap = cap;
-			}
-		}
-		if (rc > 0) {
-			memcpy(m->text + m->text_len, buf, len);
-			m->text_len += len;
-		}
-	}
+	else
+		rc = request_text_append(t, &m->req, off, buf, len, MATERIALIZE_REQUEST_MAX);
 	pthread_mutex_unlock(&m->mu);
 	if (rc < 0)
 		log_warn("materialize %s: write refused (%s)", m->ver->name,
@@ -627,8 +599,7 @@ static void materialize_release(struct tree *t, struct handle *h)
 	node_unref(&m->ver->node, 1);
 	pthread_mutex_destroy(&m->mu);
 	result_free(t, m);
-	transaction_memory_give(t, m->text_held);
-	free(m->text);
+	request_text_free(t, &m->req);
 	free(m);
 }
 

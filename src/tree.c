@@ -285,16 +285,6 @@ static int positive(struct tree *t, struct node *n, struct tree_entry *e)
 	return 0;
 }
 
-static struct version *find_version(struct tree *t, const char *name)
-{
-	pthread_mutex_lock(&t->lock);
-	struct version *v = index_version_find(&t->idx, name);
-	if (v)
-		node_ref(&v->node);
-	pthread_mutex_unlock(&t->lock);
-	return v;
-}
-
 static struct object *find_object(struct tree *t, struct version *v, const uint8_t *hash,
 				  size_t len, bool *pending)
 {
@@ -337,7 +327,7 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 		}
 		if (!key_version_name_valid(name))
 			return negative(e, CACHE_FOREVER); /* can never exist */
-		struct version *v = find_version(t, name);
+		struct version *v = version_find(t, name);
 		if (!v && t->remote) {
 			/* With a cluster every version exists: a trainer opens
 			 * <wv>/<hash> on a node that never saw <wv>. */
