@@ -44,6 +44,11 @@ void weights_list(struct tree *t, struct node *dir,
  * the header's table (EAGAIN, EIO, ESTALE, EOPNOTSUPP, ENODEV, EINVAL). */
 int weights_attach(struct tree *t, struct handle *h, const struct artfs_attach *in,
 		   struct artfs_attach *out);
+/* The checks of the request itself, pure (fuzzed on its own): the abi
+ * version and, when loaded is given, the expected fingerprint against it.
+ * Returns 0, -EINVAL (unknown abi) or -ESTALE; *why names what differs. */
+int weights_attach_check(const struct artfs_attach *req, const struct artfs_fingerprint *loaded,
+			 const char **why);
 
 /* Called when its last reference goes (index.c). */
 void weights_free(struct weights *w);
