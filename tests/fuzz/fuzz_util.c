@@ -1,13 +1,17 @@
 #include "autoconf.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <sanitizer/common_interface_defs.h>
 
 #include "fuzz.h"
 
@@ -110,6 +114,30 @@ static void remove_scratch(void)
 		fz_rmtree(scratch);
 }
 
+/* A crash ends a target without atexit: the next one removes what such
+ * targets of this user left behind. */
+static void sweep(const char *base)
+{
+	DIR *d = opendir(base);
+	struct dirent *de;
+	char path[512];
+	struct stat st;
+
+	if (!d)
+		return;
+	while ((de = readdir(d)) != NULL) {
+		long pid;
+		if (sscanf(de->d_name, "artfs-fuzz.%ld.", &pid) != 1 || pid <= 0)
+			continue;
+		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", base, de->d_name);
+		if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid())
+			fz_rmtree(path);
+	}
+	closedir(d);
+}
+
 const char *fz_scratch(void)
 {
 	if (scratch[0])
@@ -118,12 +146,14 @@ const char *fz_scratch(void)
 	struct stat st;
 	if (!base || !*base)
 		base = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
+	sweep(base);
 	snprintf(scratch, sizeof(scratch), "%s/artfs-fuzz.%ld.XXXXXX", base, (long)getpid());
 	if (!mkdtemp(scratch)) {
 		fprintf(stderr, "fuzz: cannot make a scratch directory in %s: %s\n", base, strerror(errno));
 		abort();
 	}
 	atexit(remove_scratch);
+	__sanitizer_set_death_callback(remove_scratch);
 	return scratch;
 }
 
