@@ -248,8 +248,18 @@ int config_load_file(struct artfs_config *c, const char *path, char *err, size_t
 		snprintf(err, errlen, "config %s: %s", path, strerror(errno));
 		return rc;
 	}
+	/* fgets cannot tell a NUL byte from the end of what it read: compare
+	 * the bytes it consumed with the length of the string it gave. */
+	long at = ftell(f);
 	while (fgets(line, sizeof(line), f)) {
+		long next = ftell(f);
 		lineno++;
+		if (at >= 0 && next >= 0 && (long)strlen(line) != next - at) {
+			snprintf(err, errlen, "%s:%u: NUL byte", path, lineno);
+			rc = -EINVAL;
+			break;
+		}
+		at = next;
 		if (!strchr(line, '\n') && !feof(f)) {
 			snprintf(err, errlen, "%s:%u: line too long", path, lineno);
 			rc = -EINVAL;
