@@ -129,6 +129,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int rc = config_load_file(&c, path, err, sizeof(err));
 	FZ_CHECK(rc == 0 || rc == -EINVAL || rc == -ENOENT || rc == -ENOMEM);
 	FZ_CHECK(rc == 0 || strncmp(err, path, strlen(path)) == 0);
+	/* Read plainly: a NUL byte anywhere is refused, and a line is too
+	 * long exactly when it holds more than 4094 bytes before its '\n'. */
+	bool nul = len && memchr(content, '\0', len), too_long = false;
+	for (size_t pos = 0, end; pos < len; pos = end + 1) {
+		const uint8_t *nl = memchr(content + pos, '\n', len - pos);
+		end = nl ? (size_t)(nl - content) : len;
+		too_long |= end - pos > 4094;
+	}
+	if (nul || too_long)
+		FZ_CHECK(rc < 0); /* -EINVAL, or the error of a line before */
+	size_t elen = strlen(err);
+	if (!too_long && rc < 0 && elen >= 15)
+		FZ_CHECK(strcmp(err + elen - 15, ": line too long") != 0);
 	char *render = config_render(&c);
 	FZ_CHECK(render);
 	if (rc == 0) {
