@@ -210,6 +210,8 @@ int request_text_append(struct tree *t, struct request_text *rt, uint64_t off, c
 		return -EINVAL;
 	if (len > max - rt->len)
 		return -EFBIG;
+	if (!len)
+		return 0;
 	if (rt->len + len > rt->cap) {
 		size_t cap = rt->cap ? rt->cap : 4096;
 		while (cap < rt->len + len)

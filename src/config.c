@@ -192,6 +192,11 @@ static int set_value(struct artfs_config *c, const struct config_option *o, cons
 
 	switch (o->kind) {
 	case CONFIG_PATH:
+		if (!value[0] && o->offset != offsetof(struct artfs_config, store)) {
+			free(*(char **)field); /* empty: not set (as .artfs/config shows it) */
+			*(char **)field = NULL;
+			return 0;
+		}
 		if (value[0] != '/') {
 			snprintf(err, errlen, "%s=%s: must be an absolute path", o->name, value);
 			return -EINVAL;
@@ -325,8 +330,18 @@ int config_load_file(struct artfs_config *c, const char *path, char *err, size_t
 		snprintf(err, errlen, "config %s: %s", path, strerror(errno));
 		return rc;
 	}
+	/* fgets cannot tell a NUL byte from the end of what it read: compare
+	 * the bytes it consumed with the length of the string it gave. */
+	long at = ftell(f);
 	while (fgets(line, sizeof(line), f)) {
+		long next = ftell(f);
 		lineno++;
+		if (at >= 0 && next >= 0 && (long)strlen(line) != next - at) {
+			snprintf(err, errlen, "%s:%u: NUL byte", path, lineno);
+			rc = -EINVAL;
+			break;
+		}
+		at = next;
 		if (!strchr(line, '\n') && !feof(f)) {
 			snprintf(err, errlen, "%s:%u: line too long", path, lineno);
 			rc = -EINVAL;

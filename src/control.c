@@ -7,6 +7,7 @@
 
 #include "control.h"
 #include "log.h"
+#include "reason.h"
 #include "weights.h"
 
 struct control {
@@ -45,29 +46,53 @@ static int words(char *line, char **w, int max)
 	return n;
 }
 
-static int run(struct tree *t, char *line)
+int control_parse(char *line, struct control_cmd *cmd, char *err, size_t errlen)
 {
-	char copy[CONTROL_LINE_MAX], *w[4];
+	char *w[4];
+	int n = words(line, w, 4);
 
-	snprintf(copy, sizeof(copy), "%s", line);
-	int n = words(copy, w, 4);
+	memset(cmd, 0, sizeof(*cmd));
 	if (n == 0)
 		return 0;
 	if (n >= 3 && n <= 4 && strcmp(w[0], "load") == 0) {
-		const char *gpus = "";
+		cmd->gpus = "";
 		if (n == 4) {
 			if (strncmp(w[3], "gpus=", 5) != 0)
-				goto bad;
-			gpus = w[3] + 5;
+				return reason(-EINVAL, err, errlen, "load takes gpus=<list> after the directory");
+			cmd->gpus = w[3] + 5;
 		}
-		return weights_load(t, w[1], w[2], gpus);
+		cmd->op = CONTROL_LOAD;
+		cmd->wv = w[1];
+		cmd->dir = w[2];
+		return 0;
 	}
-	if (n == 2 && strcmp(w[0], "unload") == 0)
-		return weights_unload(t, w[1]);
-bad:
-	log_warn("control: unknown command \"%.200s\" (load <wv> <dir> [gpus=0,1,...] | unload <wv>)",
-		 line);
-	return -EINVAL;
+	if (n == 2 && strcmp(w[0], "unload") == 0) {
+		cmd->op = CONTROL_UNLOAD;
+		cmd->wv = w[1];
+		return 0;
+	}
+	return reason(-EINVAL, err, errlen, "unknown command");
+}
+
+static int run(struct tree *t, char *line)
+{
+	char copy[CONTROL_LINE_MAX], why[96];
+	struct control_cmd cmd;
+
+	snprintf(copy, sizeof(copy), "%s", line);
+	if (control_parse(copy, &cmd, why, sizeof(why)) < 0) {
+		log_warn("control: %s: \"%.200s\" (load <wv> <dir> [gpus=0,1,...] | unload <wv>)",
+			 why, line);
+		return -EINVAL;
+	}
+	switch (cmd.op) {
+	case CONTROL_LOAD:
+		return weights_load(t, cmd.wv, cmd.dir, cmd.gpus);
+	case CONTROL_UNLOAD:
+		return weights_unload(t, cmd.wv);
+	default:
+		return 0;
+	}
 }
 
 static int control_write(struct tree *t, struct handle *h, uint64_t off, const void *buf,

@@ -802,6 +802,19 @@ static const char *fingerprint_diff(const struct artfs_fingerprint *a,
 	return NULL;
 }
 
+int weights_attach_check(const struct artfs_attach *req, const struct artfs_fingerprint *loaded,
+			 const char **why)
+{
+	*why = NULL;
+	if (req->abi != ARTFS_ABI_VERSION) {
+		*why = "abi";
+		return -EINVAL;
+	}
+	if (loaded && (*why = fingerprint_diff(&req->expect, loaded)) != NULL)
+		return -ESTALE;
+	return 0;
+}
+
 static int weights_attach(struct tree *t, struct handle *h, const struct artfs_attach *in,
 			  struct artfs_attach *out)
 {
@@ -809,8 +822,9 @@ static int weights_attach(struct tree *t, struct handle *h, const struct artfs_a
 	struct weights *w = rh->w;
 	struct weights_rank *wr = &w->ranks[rh->rank];
 	const char *wv = w->ver->name;
+	const char *diff;
 
-	if (in->abi != ARTFS_ABI_VERSION) {
+	if (weights_attach_check(in, NULL, &diff) < 0) {
 		log_warn("attach %s/rank%d: ABI version %u, this daemon speaks %u", wv, rh->rank,
 			 in->abi, ARTFS_ABI_VERSION);
 		return -EINVAL;
@@ -832,8 +846,7 @@ static int weights_attach(struct tree *t, struct handle *h, const struct artfs_a
 			 "(allow_quant= does not name it)", wv, rh->rank, w->ckpt.quant_method);
 		return -EOPNOTSUPP;
 	}
-	const char *diff = fingerprint_diff(&in->expect, &wr->fp);
-	if (diff) {
+	if (weights_attach_check(in, &wr->fp, &diff) < 0) {
 		log_warn("attach %s/rank%d: fingerprint mismatch: %s differs from the loaded weights",
 			 wv, rh->rank, diff);
 		return -ESTALE;

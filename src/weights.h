@@ -38,5 +38,10 @@ int weights_open(struct tree *t, struct node *n, int flags, struct handle **h,
 /* Names under <wv>/weights for a listing: calls add for each. */
 void weights_list(struct tree *t, struct node *dir,
 		  void (*add)(void *ctx, const char *name, uint64_t ino, unsigned char type), void *ctx);
+/* The checks of the request itself, pure (fuzzed on its own): the abi
+ * version and, when loaded is given, the expected fingerprint against it.
+ * Returns 0, -EINVAL (unknown abi) or -ESTALE; *why names what differs. */
+int weights_attach_check(const struct artfs_attach *req, const struct artfs_fingerprint *loaded,
+			 const char **why);
 
 #endif

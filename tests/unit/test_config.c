@@ -90,6 +90,35 @@ START_TEST(file)
 }
 END_TEST
 
+/* Found by tests/fuzz/config: a NUL byte ended the line for fgets, so the
+ * rest of a last line was dropped silently (store=/a) and a NUL elsewhere
+ * was reported as a line too long. */
+START_TEST(file_with_nul)
+{
+	static const struct { const char *text; size_t len; } cases[] = {
+		{ "ttl = 5\nstore = /a\0b", 20 },
+		{ "store = /a\0b\nttl = 5\n", 21 },
+		{ "# a comment\0\n", 13 },
+	};
+	char path[] = "/tmp/artfs-config-XXXXXX";
+	int fd = mkstemp(path);
+	close(fd);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		FILE *f = fopen(path, "w");
+		ck_assert_uint_eq(fwrite(cases[i].text, 1, cases[i].len, f), cases[i].len);
+		fclose(f);
+		struct artfs_config c;
+		char err[512];
+		config_init(&c);
+		ck_assert_int_eq(config_load_file(&c, path, err, sizeof(err)), -EINVAL);
+		ck_assert_msg(strstr(err, "NUL byte"), "%s", err);
+		ck_assert_str_eq(c.store, CONFIG_DEFAULT_STORE);
+		config_free(&c);
+	}
+	unlink(path);
+}
+END_TEST
+
 Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
@@ -97,6 +126,7 @@ Suite *config_suite(void)
 	tcase_add_test(tc, sizes);
 	tcase_add_test(tc, defaults_and_set);
 	tcase_add_test(tc, file);
+	tcase_add_test(tc, file_with_nul);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,0 +1,82 @@
+/* The ARTFS_IOC_ATTACH request (include/artfs/artfs.h): struct artfs_attach
+ * as an engine hands it over, any bytes at all, through
+ * weights_attach_check, the checks of the request itself (abi version,
+ * expected fingerprint against the loaded one). Compared with a plain
+ * reading of the header: the character arrays need not be terminated,
+ * and only what precedes a NUL counts. */
+#include "autoconf.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "artfs/artfs.h"
+#include "fuzz.h"
+#include "weights.h"
+
+static bool text_equal(const char *a, const char *b, size_t size)
+{
+	size_t la = strnlen(a, size), lb = strnlen(b, size);
+	return la == lb && memcmp(a, b, la) == 0;
+}
+
+static bool fingerprint_equal(const struct artfs_fingerprint *a, const struct artfs_fingerprint *b)
+{
+	return text_equal(a->architecture, b->architecture, sizeof(a->architecture)) &&
+	       text_equal(a->quant_method, b->quant_method, sizeof(a->quant_method)) &&
+	       memcmp(a->quant_config_sha256, b->quant_config_sha256, 32) == 0 &&
+	       memcmp(a->revision, b->revision, 32) == 0 &&
+	       text_equal(a->dtypes, b->dtypes, sizeof(a->dtypes)) &&
+	       a->tp_size == b->tp_size && a->tp_rank == b->tp_rank &&
+	       a->cc_major == b->cc_major && a->cc_minor == b->cc_minor &&
+	       a->driver_version == b->driver_version;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct fuzz_in in = { data, size };
+	/* Heap copies of exactly the struct's size, so that ASan sees a read
+	 * past either. */
+	struct artfs_attach *req = malloc(sizeof(*req));
+	struct artfs_fingerprint *loaded = malloc(sizeof(*loaded));
+	const char *why;
+
+	uint8_t mode = fz_u8(&in);
+	size_t n = in.n < sizeof(*req) ? in.n : sizeof(*req);
+	memset(req, 0, sizeof(*req));
+	memcpy(req, in.p, n);
+	in.p += n;
+	in.n -= n;
+	if (mode & 1)
+		req->abi = ARTFS_ABI_VERSION;
+
+	/* The loaded fingerprint: the request's own, with a change or two
+	 * (so that equality is reached), or more bytes of the input. */
+	if (mode & 2) {
+		n = in.n < sizeof(*loaded) ? in.n : sizeof(*loaded);
+		memset(loaded, 0, sizeof(*loaded));
+		memcpy(loaded, in.p, n);
+	} else {
+		*loaded = req->expect;
+		for (unsigned k = (mode >> 2) & 3; k; k--) {
+			size_t at = fz_u16(&in) % sizeof(*loaded);
+			((uint8_t *)loaded)[at] = fz_u8(&in);
+		}
+	}
+
+	int rc = weights_attach_check(req, NULL, &why);
+	if (req->abi != ARTFS_ABI_VERSION)
+		FZ_CHECK(rc == -EINVAL && why);
+	else
+		FZ_CHECK(rc == 0 && !why);
+
+	rc = weights_attach_check(req, loaded, &why);
+	if (req->abi != ARTFS_ABI_VERSION)
+		FZ_CHECK(rc == -EINVAL && why);
+	else if (!fingerprint_equal(&req->expect, loaded))
+		FZ_CHECK(rc == -ESTALE && why && *why);
+	else
+		FZ_CHECK(rc == 0 && !why);
+	free(req);
+	free(loaded);
+	return 0;
+}
