@@ -124,9 +124,9 @@ int wblob_parse(const uint8_t *buf, size_t len, struct wblob *b, char *err, size
 				elems = ~(unsigned __int128)0; /* unused dimensions must be 0 */
 		unsigned bits = safetensors_dtype_bits(t->t.dtype);
 		if (elems > (unsigned __int128)1 << 62 || (elems * bits) % 8 ||
-		    (uint64_t)(elems * bits / 8) != in.size || in.size == 0) {
-			snprintf(err, errlen, "tensor %zu (%.200s): size %llu is not prod(shape) x itemsize "
-				 "(or is 0)", i, name, (unsigned long long)in.size);
+		    (uint64_t)(elems * bits / 8) != in.size) {
+			snprintf(err, errlen, "tensor %zu (%.200s): size %llu is not prod(shape) x itemsize",
+				 i, name, (unsigned long long)in.size);
 			rc = -EBADMSG;
 			break;
 		}

@@ -195,28 +195,19 @@ def _pack_attach(fp: Fingerprint) -> bytearray:
 
 # ---- attaching weights -------------------------------------------------------------------
 
-class _DeviceBytes:
-    """A device range that torch.as_tensor takes without copying."""
+class _Attachment:
+    """The open rank file and the mapped slabs. Every attached tensor holds
+    it (through its storage), so it closes when the last tensor is gone."""
 
-    def __init__(self, ptr: int, size: int) -> None:
-        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1",
-                                         "data": (ptr, False), "version": 3}
-
-
-class AttachedWeights(dict[str, "torch.Tensor"]):
-    """name -> torch.Tensor aliasing the daemon's slab. The open rank file is
-    the attachment: keep this object (or call close()) while tensors are used."""
-
-    def __init__(self, fd: int | None, slabs: list[int],
-                 ipc_close: Callable[[int], None]) -> None:
-        super().__init__()
-        self.fd, self._slabs, self._ipc_close = fd, slabs, ipc_close
+    def __init__(self, fd: int | None, ipc_close: Callable[[int], None]) -> None:
+        self.fd: int | None = fd
+        self.slabs: list[int] = []
+        self._ipc_close = ipc_close
 
     def close(self) -> None:
-        self.clear()
-        for ptr in self._slabs:
+        for ptr in self.slabs:
             self._ipc_close(ptr)
-        self._slabs = []
+        self.slabs = []
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -226,6 +217,42 @@ class AttachedWeights(dict[str, "torch.Tensor"]):
             self.close()
         except Exception:
             pass
+
+
+class _DeviceBytes:
+    """A device range that torch.as_tensor takes without copying; torch
+    keeps this object (and so the attachment) alive with the storage."""
+
+    def __init__(self, ptr: int, size: int, owner: Any = None) -> None:
+        self.owner = owner
+        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1",
+                                         "data": (ptr, False), "version": 3}
+
+
+class AttachedWeights(dict[str, "torch.Tensor"]):
+    """name -> torch.Tensor aliasing the daemon's slab. The open rank file is
+    the attachment; it closes when this object and every tensor taken from
+    it are gone, or at once with close() (then no tensor may be used)."""
+
+    def __init__(self, attachment: _Attachment) -> None:
+        super().__init__()
+        self._att = attachment
+
+    @property
+    def fd(self) -> int | None:
+        return self._att.fd
+
+    @fd.setter
+    def fd(self, value: int | None) -> None:
+        self._att.fd = value
+
+    @property
+    def _slabs(self) -> list[int]:
+        return self._att.slabs
+
+    def close(self) -> None:
+        self.clear()
+        self._att.close()
 
 
 def _load_from_disk(checkpoint_dir: str, rank: int, device: int) -> dict[str, "torch.Tensor"]:
@@ -276,7 +303,8 @@ def attach_weights(weight_version: str, rank: int = 0, checkpoint_dir: str | Non
     torch.cuda.set_device(device)
     path = os.path.join(mnt, weight_version, "weights", f"rank{rank}")
     fd = os.open(path, os.O_RDONLY)
-    weights = AttachedWeights(fd, [], rt["ipc_close"])
+    att = _Attachment(fd, rt["ipc_close"])
+    weights = AttachedWeights(att)
     try:
         buf = _pack_attach(expect)
         fcntl.ioctl(fd, IOC_ATTACH, buf, True)
@@ -287,12 +315,12 @@ def attach_weights(weight_version: str, rank: int = 0, checkpoint_dir: str | Non
             raise OSError(errno.EIO, f"attach returned {count} slabs")
         for i in range(count):
             handle, _size = _SLAB.unpack_from(buf, off + i * _SLAB.size)
-            weights._slabs.append(rt["ipc_open"](handle))
+            att.slabs.append(rt["ipc_open"](handle))
         with open(os.path.join(mnt, weight_version, "weights", "manifest.json")) as f:
             manifest = json.load(f)
         for name, t in manifest["ranks"][rank]["tensors"].items():
             dt = getattr(torch, _TORCH_DTYPES[t["dtype"]])
-            raw = torch.as_tensor(_DeviceBytes(weights._slabs[t["slab"]] + t["offset"], t["size"]),
+            raw = torch.as_tensor(_DeviceBytes(att.slabs[t["slab"]] + t["offset"], t["size"], att),
                                   device=f"cuda:{device}")
             weights[name] = raw.view(dt).reshape(t["shape"])
     except BaseException:
