@@ -24,10 +24,10 @@
 #include "nccl.h"
 #include "slab.h"
 
-#define CHUNK (32u << 20)       /* bytes of one read */
+#define CHUNK (16u << 20)       /* bytes of one read */
 #define READERS_MIN 4
-#define READERS_MAX 16
-#define BUFS_PER_READER 2
+#define READERS_MAX 32
+#define BUFS_PER_READER 3
 #define RANKS_MAX 64
 
 /* Pinned buffers kept from one load to the next; one load at a time uses

@@ -1021,8 +1021,7 @@ static int publish_open(struct tree *t, struct weights *w, int flags, struct han
 	pthread_mutex_init(&ph->mu, NULL);
 	ph->w = w;
 	node_ref(&w->node);
-	r->direct_io = true;
-	r->nonseekable = true;
+	r->direct_io = true; /* the reply is read with pread(fd, .., 0) after fsync */
 	*h = &ph->h;
 	return 0;
 }
