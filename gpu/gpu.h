@@ -57,10 +57,48 @@ struct gpu_load {
 	unsigned readers;
 };
 
-/* Allocates every rank's slab, loads all pieces, exports the IPC handles.
- * Blocking; meant for a loader thread. On failure nothing stays allocated. */
+/* Allocates every rank's slab and exports its IPC handle, at once, so that
+ * a load that does not fit fails before it starts: -ENOMEM with the room
+ * needed and free in err. Nothing stays allocated on failure. */
+int gpu_alloc(struct gpu_load *l, char *err, size_t errlen);
+/* Loads all pieces into the slabs (allocating them first unless gpu_alloc
+ * did). Blocking; meant for a loader thread. On failure nothing stays
+ * allocated. */
 int gpu_load(struct gpu_load *l, char *err, size_t errlen);
 /* Frees the slabs of a finished load. */
 void gpu_unload(struct gpu_load *l);
+
+/* ---- GPU-direct publish (DESIGN.md §4.3) ---- */
+
+/* One device-to-device copy: bytes of a source allocation to a slab offset. */
+struct gpu_copy {
+	uint32_t handle;             /* index into gpu_publish.handles */
+	uint64_t src_offset;         /* into that allocation */
+	uint64_t size;
+	uint64_t slab_offset;
+};
+
+struct gpu_publish {
+	const struct artfs_publish_handle *handles;
+	size_t nhandles;
+	uint8_t source_uuid[16];
+	int target_device;           /* the daemon's GPU index, or -1: the source's */
+	const struct gpu_copy *copies;
+	size_t ncopies;
+	struct gpu_rank *dst;        /* slab_size set; device, slab and ipc filled */
+	/* filled by gpu_publish */
+	int source_device;
+	bool peer;                   /* copied from another GPU */
+	double copy_seconds;         /* the copies alone (handles open, slab allocated) */
+};
+
+/* Opens the IPC handles on the source GPU, checks every copy against its
+ * allocation's size, allocates the slab on the target GPU and copies; returns
+ * when every byte is in the slab, with the handles closed again. -ENODEV (no
+ * GPU support, source GPU unknown), -EINVAL (no such target GPU), -EBADMSG (a
+ * handle that does not open, a range beyond its allocation), -ENOMEM (no
+ * room on the target), -EIO (a copy failed). On failure nothing stays
+ * allocated. */
+int gpu_publish(struct gpu_publish *p, char *err, size_t errlen);
 
 #endif

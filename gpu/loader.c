@@ -1,6 +1,9 @@
 /* The load pipeline: reader threads pread checkpoint chunks into pinned host
  * buffers (several reads in flight), copy each tensor's part to its slab
- * offset with cudaMemcpyAsync. Weights replicated on several GPUs are read
+ * offset with cudaMemcpyAsync. From the page cache or tmpfs one thread
+ * copies at a fraction of the host->device rate, so there is one reader per
+ * core (up to READERS_MAX), each with its own pinned buffers; the buffers
+ * stay pinned between loads (pinning a GiB costs tens of ms). Weights replicated on several GPUs are read
  * into rank 0 only; a broadcaster thread sends each range on to the others
  * over NCCL while the disk is read, so every byte is read from disk once. */
 #include "autoconf.h"
@@ -21,10 +24,17 @@
 #include "nccl.h"
 #include "slab.h"
 
-#define CHUNK (64u << 20)       /* bytes of one read */
-#define READERS_MAX 4
-#define BUFS_PER_READER 2
+#define CHUNK (16u << 20)       /* bytes of one read */
+#define READERS_MIN 4
+#define READERS_MAX 32
+#define BUFS_PER_READER 3
 #define RANKS_MAX 64
+
+/* Pinned buffers kept from one load to the next; one load at a time uses
+ * them, another running at once pins its own. */
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool pool_busy;
+static void *pool[READERS_MAX][BUFS_PER_READER];
 
 struct chunk {
 	uint32_t file;
@@ -62,6 +72,7 @@ struct reader {
 	uint64_t used[BUFS_PER_READER];  /* bit r: buffer copied to rank r, event pending */
 	pthread_t thread;
 	bool started;
+	bool pooled;               /* buf[] belong to the pool */
 };
 
 static void fail(struct loader *ld, int error, const char *fmt, ...)
@@ -245,14 +256,22 @@ static void *reader_main(void *arg)
 	return NULL;
 }
 
-static bool reader_init(struct loader *ld, struct reader *rd)
+static bool reader_init(struct loader *ld, struct reader *rd, int slot, bool pooled)
 {
 	struct gpu_load *l = ld->l;
 
 	rd->ld = ld;
-	for (int k = 0; k < BUFS_PER_READER; k++)
+	rd->pooled = pooled;
+	for (int k = 0; k < BUFS_PER_READER; k++) {
+		if (pooled && pool[slot][k]) {
+			rd->buf[k] = pool[slot][k];
+			continue;
+		}
 		if (!cuda_ok(ld, cudaHostAlloc(&rd->buf[k], CHUNK, cudaHostAllocPortable), "cudaHostAlloc"))
 			return false;
+		if (pooled)
+			pool[slot][k] = rd->buf[k];
+	}
 	for (int r = 0; r < l->nranks; r++) {
 		if (!cuda_ok(ld, cudaSetDevice(l->ranks[r].device), "cudaSetDevice") ||
 		    !cuda_ok(ld, cudaStreamCreateWithFlags(&rd->streams[r], cudaStreamNonBlocking),
@@ -277,7 +296,7 @@ static void reader_fini(struct loader *ld, struct reader *rd)
 				cudaEventDestroy(rd->events[k][r]);
 	}
 	for (int k = 0; k < BUFS_PER_READER; k++)
-		if (rd->buf[k])
+		if (rd->buf[k] && !rd->pooled)
 			cudaFreeHost(rd->buf[k]);
 }
 
@@ -341,6 +360,31 @@ void gpu_unload(struct gpu_load *l)
 	}
 }
 
+int gpu_alloc(struct gpu_load *l, char *err, size_t errlen)
+{
+	if (l->nranks < 1 || l->nranks > RANKS_MAX) {
+		snprintf(err, errlen, "%d ranks: between 1 and %d are supported", l->nranks, RANKS_MAX);
+		return -EINVAL;
+	}
+	for (int r = 0; r < l->nranks; r++) {
+		int rc = slab_alloc(l->ranks[r].device, l->ranks[r].slab_size, &l->ranks[r].slab,
+				    l->ranks[r].ipc, err, errlen);
+		if (rc < 0) {
+			gpu_unload(l);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static unsigned readers_for(size_t nchunks)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t n = cpus < READERS_MIN ? READERS_MIN : cpus > READERS_MAX ? READERS_MAX : (size_t)cpus;
+
+	return (unsigned)(nchunks < n ? nchunks : n);
+}
+
 int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 {
 	struct loader ld = { .l = l };
@@ -358,13 +402,13 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 	atomic_store(&l->bytes_read, 0);
 	l->used_nccl = false;
 
-	for (int r = 0; r < l->nranks; r++) {
-		rc = slab_alloc(l->ranks[r].device, l->ranks[r].slab_size, &l->ranks[r].slab,
-				l->ranks[r].ipc, err, errlen);
+	if (!l->ranks[0].slab) {
+		rc = gpu_alloc(l, err, errlen);
 		if (rc < 0)
 			goto out;
-		ld.slabs[r] = l->ranks[r].slab;
 	}
+	for (int r = 0; r < l->nranks; r++)
+		ld.slabs[r] = l->ranks[r].slab;
 	ld.fds = calloc(l->nfiles ? l->nfiles : 1, sizeof(int));
 	if (!ld.fds) {
 		rc = -ENOMEM;
@@ -400,10 +444,14 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 			fail(&ld, -EAGAIN, "cannot start the broadcast thread");
 	}
 
-	unsigned n = ld.nchunks < READERS_MAX ? (unsigned)ld.nchunks : READERS_MAX;
+	unsigned n = readers_for(ld.nchunks);
 	l->readers = n;
+	pthread_mutex_lock(&pool_mu);
+	bool pooled = !pool_busy;
+	pool_busy = true;
+	pthread_mutex_unlock(&pool_mu);
 	for (unsigned i = 0; i < n; i++) {
-		if (!reader_init(&ld, &readers[i]))
+		if (!reader_init(&ld, &readers[i], (int)i, pooled))
 			break;
 		if (pthread_create(&readers[i].thread, NULL, reader_main, &readers[i]) != 0) {
 			fail(&ld, -EAGAIN, "cannot start a reader thread");
@@ -427,6 +475,11 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 	}
 	for (unsigned i = 0; i < READERS_MAX; i++)
 		reader_fini(&ld, &readers[i]);
+	if (pooled) {
+		pthread_mutex_lock(&pool_mu);
+		pool_busy = false;
+		pthread_mutex_unlock(&pool_mu);
+	}
 	if (l->cancel && !ld.failed)
 		fail(&ld, -ECANCELED, "load cancelled");
 	rc = 0;

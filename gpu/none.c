@@ -25,3 +25,17 @@ void gpu_unload(struct gpu_load *l)
 {
 	(void)l;
 }
+
+int gpu_alloc(struct gpu_load *l, char *err, size_t errlen)
+{
+	(void)l;
+	snprintf(err, errlen, "built without GPU support");
+	return -ENODEV;
+}
+
+int gpu_publish(struct gpu_publish *p, char *err, size_t errlen)
+{
+	(void)p;
+	snprintf(err, errlen, "this artfs was built without GPU support");
+	return -ENODEV;
+}

@@ -24,11 +24,21 @@ int slab_alloc(int device, uint64_t size, void **ptr, uint8_t ipc[ARTFS_IPC_HAND
 	e = cudaSetDevice(device);
 	if (e == cudaSuccess)
 		e = cudaMalloc(ptr, size);
+	if (e == cudaErrorMemoryAllocation) {
+		size_t free_b = 0, total_b = 0;
+		cudaGetLastError(); /* not sticky: clear it */
+		cudaMemGetInfo(&free_b, &total_b);
+		snprintf(err, errlen, "GPU %d lacks room: %.2f GiB needed, %.2f GiB free of %.2f GiB "
+			 "(unload a version or wait for its engines to detach)", device,
+			 (double)size / (1 << 30), (double)free_b / (1 << 30), (double)total_b / (1 << 30));
+		*ptr = NULL;
+		return -ENOMEM;
+	}
 	if (e != cudaSuccess) {
 		snprintf(err, errlen, "GPU %d: cudaMalloc of %llu bytes: %s", device,
 			 (unsigned long long)size, cudaGetErrorString(e));
 		*ptr = NULL;
-		return e == cudaErrorMemoryAllocation ? -ENOMEM : -ENODEV;
+		return -ENODEV;
 	}
 	e = cudaIpcGetMemHandle(&h, *ptr);
 	if (e != cudaSuccess) {

@@ -944,7 +944,7 @@ static int wait_ready(const struct ctl *ctl, const char *wv)
 			return fail("load %s: %s: %s", wv, state, v);
 		}
 		free(text);
-		usleep(100 * 1000);
+		usleep(20 * 1000); /* a flip waits on this: poll often */
 	}
 }
 
@@ -1000,6 +1000,8 @@ static int cmd_load(struct ctl *ctl, int argc, char **argv)
 				  "immutable, use a new version (%s)", wv, wv, strerror(-rc));
 	case -EINVAL: return fail("load %s: the checkpoint or the GPU list was refused; the daemon "
 				  "log says why (%s)", wv, strerror(-rc));
+	case -ENOMEM: return fail("load %s: the GPUs lack room for it; attached versions are "
+				  "untouched; the daemon log says how much is free (%s)", wv, strerror(-rc));
 	default: return fail("load %s: %s", wv, strerror(-rc));
 	}
 	return wait ? wait_ready(ctl, wv) : 0;

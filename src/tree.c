@@ -444,6 +444,13 @@ int tree_mkdir(struct tree *t, struct node *parent, const char *name, struct tre
 {
 	struct version *v;
 
+	if (parent->type == NODE_VERSION && strcmp(name, "weights") == 0) {
+		/* An empty weights/ for a GPU-direct publish (weights.c). */
+		struct node *wd;
+		int rc = ((struct version *)parent)->removed ? -ENOENT
+			 : weights_mkdir(t, (struct version *)parent, &wd);
+		return rc < 0 ? rc : positive(t, wd, e);
+	}
 	if (parent->type != NODE_ROOT)
 		return -EPERM;
 	int rc = version_make(t, name, &v);

@@ -18,6 +18,8 @@
 #include "text.h"
 #include "key.h"
 #include "log.h"
+#include "sha256.h"
+#include "wblob.h"
 #include "weights.h"
 
 #define RANKS_MAX 64
@@ -32,9 +34,14 @@ struct weights_rank {
 	const struct safetensors_tensor **tensors; /* the same order: what each piece is */
 	size_t npieces;
 	uint32_t attached;           /* open rank<k> files (w->mu) */
+	/* GPU-direct publish: the rank's own tensor table (names in one buffer) */
+	struct safetensors_tensor *own;
+	char *names;
+	bool published, publishing;  /* w->mu */
 };
 
-enum weights_state { LOADING = 0, READY, FAILED };
+/* EMPTY: made by mkdir <wv>/weights, waiting for a publish of every rank. */
+enum weights_state { LOADING = 0, READY, FAILED, EMPTY };
 
 struct weights {
 	struct node node;            /* NODE_WEIGHTS: owns the nodes below */
@@ -58,6 +65,10 @@ struct weights {
 	struct gpu_rank *granks;
 	uint64_t bytes_total;        /* bytes read from disk for a full load */
 	int64_t started_ns, finished_ns;
+	bool gpu_direct;             /* made by publishes, not by a load */
+	char source[96];             /* gpu-direct: where the tensors came from */
+	int ranks_published;
+	double copy_seconds;         /* gpu-direct: the device copies of the last publish */
 	char *manifest;
 	size_t manifest_len;
 	int nranks;
@@ -73,6 +84,7 @@ struct rank_handle {
 static const char *const file_names[WEIGHTS_FILE_COUNT] = {
 	[WEIGHTS_MANIFEST] = "manifest.json",
 	[WEIGHTS_STATUS] = "status",
+	[WEIGHTS_PUBLISH] = ARTFS_PUBLISH_NAME,
 };
 
 static int64_t now_ns(void)
@@ -124,6 +136,8 @@ static void weights_free(struct weights *w)
 	for (int r = 0; r < w->nranks; r++) {
 		free(w->ranks[r].pieces);
 		free(w->ranks[r].tensors);
+		free(w->ranks[r].own);
+		free(w->ranks[r].names);
 	}
 	free(w->granks);
 	free(w->paths);
@@ -276,8 +290,9 @@ static char *build_manifest(struct weights *w)
 						       "tensors", tensors));
 	}
 	json_t *root = json_pack("{s:s, s:s, s:s, s:i, s:o}", "weight_version", w->ver->name,
-				 "checkpoint", w->ckpt.dir,
-				 "layout", w->ckpt.layout == CHECKPOINT_HF ? "huggingface" : "vllm-sharded",
+				 "checkpoint", w->gpu_direct ? w->source : w->ckpt.dir,
+				 "layout", w->gpu_direct ? "gpu-direct"
+				 : w->ckpt.layout == CHECKPOINT_HF ? "huggingface" : "vllm-sharded",
 				 "tp_size", (int)w->ranks[0].fp.tp_size, "ranks", ranks);
 	if (!root)
 		return NULL;
@@ -476,15 +491,29 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 	w->load.nranks = nranks;
 	w->load.replicated = ckpt.layout == CHECKPOINT_HF;
 
+	/* Room on every GPU first: a load that does not fit fails now, with
+	 * ENOMEM, and touches nothing that is attached. */
+	w->started_ns = now_ns();
+	w->thread_done = true; /* until the thread starts: weights_free may free */
+	w->gpu_freed = true;
+	rc = gpu_alloc(&w->load, err, sizeof(err));
+	if (rc < 0) {
+		log_warn("load %s: %s", wv, err);
+		weights_free(w);
+		return rc == -ENOMEM ? -ENOMEM : rc == -EINVAL ? -EINVAL : -ENODEV;
+	}
 	pthread_mutex_lock(&t->lock);
 	if (v->removed || v->weights) {
 		rc = v->removed ? -ENOENT : -EEXIST;
 		pthread_mutex_unlock(&t->lock);
 		log_warn("load %s: %s", wv, rc == -EEXIST ? "weights of this version are already loaded "
 			 "(loaded weights are immutable: use a new version)" : "the version was removed");
+		gpu_unload(&w->load);
 		weights_free(w);
 		return rc;
 	}
+	w->thread_done = false;
+	w->gpu_freed = false;
 	v->weights = w;
 	pthread_mutex_unlock(&t->lock);
 
@@ -497,7 +526,6 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 	log_info("weights %s: loading %s (%s, %zu files, %" PRIu64 " bytes) onto GPU %s", wv, dir,
 		 ckpt.layout == CHECKPOINT_HF ? "Hugging Face, replicated" : "vLLM sharded",
 		 ckpt.nfiles, w->bytes_total, w->gpus);
-	w->started_ns = now_ns();
 	node_ref(&w->node); /* the thread's */
 	pthread_attr_t attr;
 	pthread_t thread;
@@ -512,6 +540,7 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 		pthread_mutex_lock(&w->mu);
 		w->state = FAILED;
 		w->thread_done = true;
+		gpu_unload(&w->load);
 		w->gpu_freed = true;
 		snprintf(w->error, sizeof(w->error), "cannot start the load thread");
 		pthread_mutex_unlock(&w->mu);
@@ -607,6 +636,8 @@ int weights_lookup(struct tree *t, struct node *dir, const char *name, struct no
 		return -ENOENT;
 	if (strcmp(name, file_names[WEIGHTS_STATUS]) == 0)
 		*out = &w->files[WEIGHTS_STATUS];
+	else if (strcmp(name, file_names[WEIGHTS_PUBLISH]) == 0)
+		*out = &w->files[WEIGHTS_PUBLISH];
 	else if (strcmp(name, file_names[WEIGHTS_MANIFEST]) == 0 && ready)
 		*out = &w->files[WEIGHTS_MANIFEST];
 	else if (rank_name(name, w->nranks, &rank))
@@ -646,6 +677,8 @@ int weights_getattr(struct tree *t, struct node *n, struct stat *st, double *tim
 			st->st_size = (off_t)manifest_len; /* fixed once ready */
 			*timeout = 1.0;
 		}
+		if (n->sub == WEIGHTS_PUBLISH)
+			st->st_mode = S_IFREG | (0666 & ~t->cfg->umask);
 		break;
 	default: /* rank<k>: read-only, its content is the ioctl */
 		st->st_mode = S_IFREG | (0444 & ~t->cfg->umask);
@@ -656,7 +689,7 @@ int weights_getattr(struct tree *t, struct node *n, struct stat *st, double *tim
 
 static char *status_text(struct weights *w)
 {
-	static const char *const states[] = { "loading", "ready", "failed" };
+	static const char *const states[] = { "loading", "ready", "failed", "empty" };
 	char *text = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&text, &len);
@@ -668,6 +701,18 @@ static char *status_text(struct weights *w)
 	int64_t end = w->state == LOADING ? now_ns() : w->finished_ns;
 	double secs = (double)(end - w->started_ns) / 1e9;
 	fprintf(f, "state = %s\n", states[w->state]);
+	if (w->gpu_direct || w->state == EMPTY) {
+		fprintf(f, "source = %s\n", w->source[0] ? w->source : "gpu-direct (waiting for a publish)");
+		fprintf(f, "ranks_published = %d/%d\n", w->ranks_published, w->nranks);
+		fprintf(f, "gpus = %s\n", w->gpus);
+		fprintf(f, "bytes_total = %" PRIu64 "\n", w->bytes_total);
+		fprintf(f, "copy_seconds = %.6f\n", w->copy_seconds);
+		fprintf(f, "seconds = %.6f\n", w->finished_ns ? (double)(w->finished_ns - w->started_ns) / 1e9 : 0.0);
+		fprintf(f, "attached = %u\n", w->attached);
+		fprintf(f, "error = %s\n", w->error);
+		goto done;
+	}
+	fprintf(f, "source = checkpoint\n");
 	fprintf(f, "checkpoint = %s\n", w->ckpt.dir);
 	fprintf(f, "layout = %s\n", w->ckpt.layout == CHECKPOINT_HF ? "huggingface" : "vllm-sharded");
 	fprintf(f, "gpus = %s\n", w->gpus);
@@ -680,6 +725,7 @@ static char *status_text(struct weights *w)
 				       : w->load.used_nccl ? "nccl" : "host");
 	fprintf(f, "attached = %u\n", w->attached);
 	fprintf(f, "error = %s\n", w->error);
+done:
 	pthread_mutex_unlock(&w->mu);
 	if (fclose(f) != 0) {
 		free(text);
@@ -689,12 +735,16 @@ static char *status_text(struct weights *w)
 }
 
 static const struct handle_ops rank_ops;
+static int publish_open(struct tree *t, struct weights *w, int flags, struct handle **h,
+			struct open_reply *r);
 
 int weights_open(struct tree *t, struct node *n, int flags, struct handle **h,
 		 struct open_reply *r)
 {
 	struct weights *w = weights_of(n);
 
+	if (n->type == NODE_WEIGHTS_FILE && n->sub == WEIGHTS_PUBLISH)
+		return publish_open(t, w, flags, h, r);
 	if ((flags & O_ACCMODE) != O_RDONLY)
 		return -EACCES;
 	if (n->type == NODE_WEIGHTS_FILE) {
@@ -772,6 +822,7 @@ void weights_list(struct tree *t, struct node *dir,
 	if (ready)
 		add(ctx, file_names[WEIGHTS_MANIFEST], node_id(t, &w->files[WEIGHTS_MANIFEST]), DT_REG);
 	add(ctx, file_names[WEIGHTS_STATUS], node_id(t, &w->files[WEIGHTS_STATUS]), DT_REG);
+	add(ctx, file_names[WEIGHTS_PUBLISH], node_id(t, &w->files[WEIGHTS_PUBLISH]), DT_REG);
 	for (int r = 0; r < w->nranks; r++) {
 		snprintf(name, sizeof(name), "rank%d", r);
 		add(ctx, name, node_id(t, &w->ranks[r].node), DT_REG);
@@ -837,7 +888,7 @@ static int weights_attach(struct tree *t, struct handle *h, const struct artfs_a
 		log_warn("attach %s/rank%d: the weights were unloaded", wv, rh->rank);
 		return -ESTALE;
 	}
-	if (state == LOADING)
+	if (state == LOADING || state == EMPTY)
 		return -EAGAIN;
 	if (state == FAILED)
 		return -EIO;
@@ -890,4 +941,498 @@ static const struct handle_ops rank_ops = {
 	.poll = rank_poll,
 	.release = rank_release,
 	.release_slow = true, /* the last one may free GPU memory */
+};
+
+/* ---- GPU-direct publish (DESIGN.md §4.3) ------------------------------------------- */
+
+int weights_mkdir(struct tree *t, struct version *v, struct node **out)
+{
+	struct weights *w = calloc(1, sizeof(*w) + (size_t)RANKS_MAX * sizeof(struct weights_rank));
+
+	if (!w)
+		return -ENOMEM;
+	w->t = t;
+	w->ver = v;
+	w->granks = calloc(RANKS_MAX, sizeof(*w->granks));
+	w->ckpt.dir = strdup("");
+	if (!w->granks || !w->ckpt.dir) {
+		free(w->granks);
+		free(w->ckpt.dir);
+		free(w);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&w->mu, NULL);
+	w->node.type = NODE_WEIGHTS;
+	index_set_weights_free(weights_node_free);
+	atomic_init(&w->node.refs, 1); /* the version's */
+	w->dir.type = NODE_WEIGHTS_DIR;
+	w->dir.owner = &w->node;
+	for (int i = 0; i < WEIGHTS_FILE_COUNT; i++) {
+		w->files[i].type = NODE_WEIGHTS_FILE;
+		w->files[i].sub = (uint8_t)i;
+		w->files[i].owner = &w->node;
+	}
+	for (int r = 0; r < RANKS_MAX; r++) {
+		w->ranks[r].node.type = NODE_WEIGHTS_RANK;
+		w->ranks[r].node.sub = (uint8_t)r;
+		w->ranks[r].node.owner = &w->node;
+	}
+	w->state = EMPTY;
+	w->gpu_direct = true;
+	w->thread_done = true; /* no load thread */
+	w->gpu_freed = true;   /* nothing allocated yet */
+	w->load.ranks = w->granks;
+	w->started_ns = now_ns();
+
+	pthread_mutex_lock(&t->lock);
+	int rc = v->removed ? -ENOENT : v->weights ? -EEXIST : 0;
+	if (rc == 0) {
+		node_ref(&v->node); /* w->ver's */
+		v->weights = w;
+		node_ref(&w->dir); /* the caller's */
+		*out = &w->dir;
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (rc < 0) {
+		pthread_mutex_destroy(&w->mu);
+		free(w->granks);
+		free(w->ckpt.dir);
+		free(w);
+		return rc;
+	}
+	pthread_mutex_lock(&t->weights_mu);
+	w->next_all = t->weights;
+	t->weights = w;
+	pthread_mutex_unlock(&t->weights_mu);
+	log_info("weights %s: empty, waiting for a GPU-direct publish", v->name);
+	return 0;
+}
+
+struct publish_handle {
+	struct handle h;
+	struct weights *w;           /* referenced */
+	pthread_mutex_t mu;
+	uint8_t *buf;
+	size_t len, cap;
+	bool done, too_long;
+	int result;
+	char reply[384];
+};
+
+static const struct handle_ops publish_ops;
+
+static int publish_open(struct tree *t, struct weights *w, int flags, struct handle **h,
+			struct open_reply *r)
+{
+	(void)t;
+	if ((flags & O_ACCMODE) == O_RDONLY)
+		return -EACCES;
+	struct publish_handle *ph = calloc(1, sizeof(*ph));
+	if (!ph)
+		return -ENOMEM;
+	handle_init(&ph->h, &publish_ops);
+	pthread_mutex_init(&ph->mu, NULL);
+	ph->w = w;
+	node_ref(&w->node);
+	r->direct_io = true; /* the reply is read with pread(fd, .., 0) after fsync */
+	*h = &ph->h;
+	return 0;
+}
+
+static int publish_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
+			 uint64_t owner)
+{
+	struct publish_handle *ph = (struct publish_handle *)h;
+	int rc = (int)len;
+
+	(void)t, (void)off, (void)owner;
+	pthread_mutex_lock(&ph->mu);
+	if (ph->done)
+		rc = -EINVAL; /* one blob per open */
+	else if (len > WBLOB_BYTES_MAX - ph->len) {
+		ph->too_long = true;
+		rc = -EFBIG;
+	} else {
+		if (ph->len + len > ph->cap) {
+			size_t cap = ph->cap ? ph->cap : 64 << 10;
+			while (cap < ph->len + len)
+				cap *= 2;
+			uint8_t *b = realloc(ph->buf, cap);
+			if (!b)
+				rc = -ENOMEM;
+			else {
+				ph->buf = b;
+				ph->cap = cap;
+			}
+		}
+		if (rc > 0) {
+			memcpy(ph->buf + ph->len, buf, len);
+			ph->len += len;
+		}
+	}
+	pthread_mutex_unlock(&ph->mu);
+	return rc;
+}
+
+static int tensor_name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Where each tensor goes in the slab: blob order, 256-byte aligned; tensors
+ * with the same handle, offset and size (tied) share one place and one copy. */
+static int plan_publish(const struct wblob *b, struct gpu_piece *pieces, struct gpu_copy **copies,
+			size_t *ncopies, uint64_t *slab_size, uint64_t *bytes)
+{
+	size_t n = b->ntensors;
+	size_t *order = malloc(n * sizeof(*order));
+	struct gpu_copy *c = malloc(n * sizeof(*c));
+
+	if (!order || !c) {
+		free(order);
+		free(c);
+		return -ENOMEM;
+	}
+	/* tied: a simple hash of (handle, offset, size) over an open table */
+	size_t cap = 1;
+	while (cap < 2 * n)
+		cap *= 2;
+	size_t *tab = malloc(cap * sizeof(*tab));
+	if (!tab) {
+		free(order);
+		free(c);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < cap; i++)
+		tab[i] = SIZE_MAX;
+	uint64_t at = 0;
+	*ncopies = 0;
+	*bytes = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct wblob_tensor *x = &b->tensors[i];
+		uint64_t hsh = (x->src_offset * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)x->handle << 40) ^ x->t.size;
+		size_t k = (size_t)(hsh ^ (hsh >> 29)) & (cap - 1);
+		size_t found = SIZE_MAX;
+		for (; tab[k] != SIZE_MAX; k = (k + 1) & (cap - 1)) {
+			const struct wblob_tensor *y = &b->tensors[tab[k]];
+			if (y->handle == x->handle && y->src_offset == x->src_offset && y->t.size == x->t.size) {
+				found = tab[k];
+				break;
+			}
+		}
+		if (found != SIZE_MAX) {
+			pieces[i] = pieces[found];
+			continue;
+		}
+		tab[k] = i;
+		at = align_up(at, ARTFS_TENSOR_ALIGN);
+		pieces[i] = (struct gpu_piece){ .size = x->t.size, .slab_offset = at };
+		c[(*ncopies)++] = (struct gpu_copy){ .handle = x->handle, .src_offset = x->src_offset,
+						     .size = x->t.size, .slab_offset = at };
+		at += x->t.size;
+		*bytes += x->t.size;
+	}
+	free(tab);
+	free(order);
+	*copies = c;
+	*slab_size = align_up(at ? at : 1, ARTFS_SLAB_ALIGN);
+	return 0;
+}
+
+/* The fingerprint of a published rank: the revision hashes its tensor table
+ * (name, dtype, shape, in blob order); dtypes is the sorted set. */
+static void publish_fingerprint(struct weights *w, int r, const struct wblob *b)
+{
+	struct artfs_fingerprint *fp = &w->ranks[r].fp;
+	const struct gpu_device *d = &w->ranks[r].dev;
+	struct sha256 s;
+	const char *names[SAFETENSORS_DTYPE_COUNT];
+	bool seen[SAFETENSORS_DTYPE_COUNT] = { false };
+	size_t nd = 0;
+
+	memset(fp, 0, sizeof(*fp));
+	snprintf(fp->architecture, sizeof(fp->architecture), "%s", b->head.architecture);
+	snprintf(fp->quant_method, sizeof(fp->quant_method), "%s", b->head.quant_method);
+	if (sha256_begin(&s) == 0) {
+		for (size_t i = 0; i < b->ntensors; i++) {
+			const struct safetensors_tensor *ts = &b->tensors[i].t;
+			const char *dn = safetensors_dtype_name(ts->dtype);
+			sha256_update(&s, ts->name, strlen(ts->name) + 1);
+			sha256_update(&s, dn, strlen(dn) + 1);
+			for (unsigned k = 0; k < ts->ndim; k++) {
+				uint8_t be[8];
+				for (int j = 0; j < 8; j++)
+					be[j] = (uint8_t)(ts->shape[k] >> (56 - 8 * j));
+				sha256_update(&s, be, 8);
+			}
+			sha256_update(&s, "\n", 1);
+		}
+		sha256_end(&s, fp->revision);
+	}
+	for (size_t i = 0; i < b->ntensors; i++)
+		if (!seen[b->tensors[i].t.dtype]) {
+			seen[b->tensors[i].t.dtype] = true;
+			names[nd++] = safetensors_dtype_name(b->tensors[i].t.dtype);
+		}
+	qsort(names, nd, sizeof(names[0]), tensor_name_cmp);
+	size_t used = 0;
+	for (size_t i = 0; i < nd && used < sizeof(fp->dtypes); i++)
+		used += (size_t)snprintf(fp->dtypes + used, sizeof(fp->dtypes) - used, "%s%s", i ? "," : "",
+					 names[i]);
+	fp->tp_size = b->head.tp_size;
+	fp->tp_rank = b->head.rank;
+	fp->cc_major = (uint32_t)d->cc_major;
+	fp->cc_minor = (uint32_t)d->cc_minor;
+	fp->driver_version = (uint32_t)d->driver_version;
+}
+
+/* Takes the blob's tensor table as rank r's own (names copied). */
+static int publish_keep(struct weights_rank *wr, const struct wblob *b, struct gpu_piece *pieces)
+{
+	size_t nb = 0;
+
+	for (size_t i = 0; i < b->ntensors; i++)
+		nb += strlen(b->tensors[i].t.name) + 1;
+	wr->own = calloc(b->ntensors, sizeof(*wr->own));
+	wr->tensors = calloc(b->ntensors, sizeof(*wr->tensors));
+	wr->names = malloc(nb);
+	if (!wr->own || !wr->tensors || !wr->names) {
+		free(wr->own);
+		free(wr->tensors);
+		free(wr->names);
+		wr->own = NULL;
+		wr->tensors = NULL;
+		wr->names = NULL;
+		return -ENOMEM;
+	}
+	char *p = wr->names;
+	for (size_t i = 0; i < b->ntensors; i++) {
+		wr->own[i] = b->tensors[i].t;
+		size_t l = strlen(b->tensors[i].t.name) + 1;
+		memcpy(p, b->tensors[i].t.name, l);
+		wr->own[i].name = p;
+		p += l;
+		wr->tensors[i] = &wr->own[i];
+	}
+	wr->pieces = pieces;
+	wr->npieces = b->ntensors;
+	return 0;
+}
+
+static const char *errno_name(int e)
+{
+	switch (e) {
+	case EBADMSG: return "EBADMSG";
+	case EINVAL: return "EINVAL";
+	case ENOMEM: return "ENOMEM";
+	case EEXIST: return "EEXIST";
+	case ENODEV: return "ENODEV";
+	case EFBIG: return "EFBIG";
+	case ENOENT: return "ENOENT";
+	default: return "EIO";
+	}
+}
+
+static int publish_run(struct tree *t, struct publish_handle *ph)
+{
+	struct weights *w = ph->w;
+	const char *wv = w->ver->name;
+	struct wblob b;
+	char err[256] = "";
+	int rc;
+	int64_t t0 = now_ns();
+
+	(void)t;
+	if (ph->too_long) {
+		snprintf(err, sizeof(err), "the blob is longer than %u bytes", WBLOB_BYTES_MAX);
+		rc = -EFBIG;
+		goto reply;
+	}
+	rc = wblob_parse(ph->buf, ph->len, &b, err, sizeof(err));
+	if (rc < 0)
+		goto reply;
+	int r = (int)b.head.rank;
+	pthread_mutex_lock(&w->mu);
+	if (w->unloaded)
+		rc = -ENOENT, snprintf(err, sizeof(err), "the weights were unloaded");
+	else if (!w->gpu_direct || w->state != EMPTY || w->ranks[r].published || w->ranks[r].publishing)
+		rc = -EEXIST, snprintf(err, sizeof(err), "%s", !w->gpu_direct
+				       ? "the version already has loaded weights (use a new version)"
+				       : "this rank is already published (weights are immutable: use a new version)");
+	else if (w->nranks && (uint32_t)w->nranks != b.head.tp_size)
+		rc = -EINVAL, snprintf(err, sizeof(err), "tp_size %u, earlier ranks said %d", b.head.tp_size,
+				       w->nranks);
+	if (rc == 0) {
+		w->nranks = (int)b.head.tp_size;
+		w->ranks[r].publishing = true;
+	}
+	pthread_mutex_unlock(&w->mu);
+	if (rc < 0) {
+		wblob_free(&b);
+		goto reply;
+	}
+
+	struct gpu_piece *pieces = calloc(b.ntensors, sizeof(*pieces));
+	struct gpu_copy *copies = NULL;
+	size_t ncopies = 0;
+	uint64_t slab_size = 0, bytes = 0;
+	rc = pieces ? plan_publish(&b, pieces, &copies, &ncopies, &slab_size, &bytes) : -ENOMEM;
+	struct gpu_rank dst = { .slab_size = slab_size };
+	struct gpu_publish gp = {
+		.handles = b.handles, .nhandles = b.nhandles, .target_device = b.head.target_device,
+		.copies = copies, .ncopies = ncopies, .dst = &dst,
+	};
+	memcpy(gp.source_uuid, b.head.source_uuid, 16);
+	if (rc == 0)
+		rc = gpu_publish(&gp, err, sizeof(err));
+	else
+		snprintf(err, sizeof(err), "out of memory");
+	free(copies);
+	struct gpu_device devs[RANKS_MAX];
+	char e2[128];
+	int ndevs = rc == 0 ? gpu_devices(devs, RANKS_MAX, e2, sizeof(e2)) : 0;
+
+	pthread_mutex_lock(&w->mu);
+	struct weights_rank *wr = &w->ranks[r];
+	wr->publishing = false;
+	if (rc == 0 && (w->unloaded || publish_keep(wr, &b, pieces) < 0)) {
+		rc = w->unloaded ? -ENOENT : -ENOMEM;
+		snprintf(err, sizeof(err), w->unloaded ? "the weights were unloaded" : "out of memory");
+		struct gpu_load one = { .ranks = &dst, .nranks = 1 };
+		gpu_unload(&one); /* never made part of w->load */
+	}
+	if (rc < 0) {
+		free(pieces);
+		if (w->ranks_published == 0)
+			w->nranks = 0;
+	} else {
+		wr->device = dst.device;
+		wr->total_bytes = bytes;
+		wr->published = true;
+		for (int k = 0; k < ndevs; k++)
+			if (devs[k].index == dst.device)
+				wr->dev = devs[k];
+		publish_fingerprint(w, r, &b);
+		w->granks[r] = dst;
+		w->granks[r].pieces = pieces;
+		w->granks[r].npieces = b.ntensors;
+		w->load.nranks = w->nranks;
+		w->gpu_freed = false;
+		w->bytes_total += bytes;
+		w->copy_seconds = gp.copy_seconds;
+		w->ranks_published++;
+		char uuid[33];
+		key_hex(b.head.source_uuid, 16, uuid);
+		snprintf(w->source, sizeof(w->source), "gpu-direct from GPU %s", uuid);
+		size_t used = 0;
+		w->gpus[0] = '\0';
+		for (int k = 0; k < w->nranks; k++)
+			if (w->ranks[k].published)
+				used += (size_t)snprintf(w->gpus + used, sizeof(w->gpus) - used, "%s%d",
+							 used ? "," : "", w->ranks[k].device);
+		if (w->ranks_published == w->nranks) {
+			snprintf(w->ckpt.architecture, sizeof(w->ckpt.architecture), "%s", b.head.architecture);
+			snprintf(w->ckpt.quant_method, sizeof(w->ckpt.quant_method), "%s", b.head.quant_method);
+			char *m = build_manifest(w);
+			if (m) {
+				w->manifest = m;
+				w->manifest_len = strlen(m);
+				w->state = READY;
+				w->finished_ns = now_ns();
+			} else {
+				rc = -ENOMEM;
+				snprintf(err, sizeof(err), "out of memory building the manifest");
+			}
+		}
+	}
+	pthread_mutex_unlock(&w->mu);
+	if (rc == 0)
+		log_info("weights %s: rank %d published from GPU %d onto GPU %d%s: %zu tensors, %" PRIu64
+			 " bytes, copied in %.4f s (%.0f GB/s), %.4f s in all", wv, r, gp.source_device,
+			 dst.device, gp.peer ? " (peer to peer)" : "", b.ntensors, bytes, gp.copy_seconds,
+			 gp.copy_seconds > 0 ? (double)bytes / gp.copy_seconds / 1e9 : 0.0,
+			 (double)(now_ns() - t0) / 1e9);
+	if (rc == 0)
+		snprintf(ph->reply, sizeof(ph->reply), "0 %zu %" PRIu64 " %.6f\n", b.ntensors, bytes,
+			 gp.copy_seconds);
+	wblob_free(&b);
+	if (rc == 0)
+		return 0;
+reply:
+	log_warn("publish %s: %s", wv, err);
+	snprintf(ph->reply, sizeof(ph->reply), "%s %s\n", errno_name(-rc), err);
+	return rc;
+}
+
+static int publish_finish(struct tree *t, struct publish_handle *ph)
+{
+	pthread_mutex_lock(&ph->mu);
+	if (!ph->done && (ph->len || ph->too_long)) {
+		ph->result = publish_run(t, ph);
+		ph->done = true;
+		free(ph->buf);
+		ph->buf = NULL;
+		ph->len = ph->cap = 0;
+	}
+	int rc = ph->result;
+	pthread_mutex_unlock(&ph->mu);
+	return rc;
+}
+
+static int publish_fsync(struct tree *t, struct handle *h)
+{
+	return publish_finish(t, (struct publish_handle *)h);
+}
+
+static int publish_flush(struct tree *t, struct handle *h, uint64_t owner)
+{
+	(void)owner;
+	return publish_finish(t, (struct publish_handle *)h);
+}
+
+static int publish_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
+			const void **data, size_t *len)
+{
+	struct publish_handle *ph = (struct publish_handle *)h;
+	size_t n;
+
+	(void)t;
+	pthread_mutex_lock(&ph->mu);
+	n = ph->done ? strlen(ph->reply) : 0;
+	pthread_mutex_unlock(&ph->mu);
+	if (off >= n) {
+		*data = ph->reply;
+		*len = 0;
+		return 0;
+	}
+	*data = ph->reply + off;
+	*len = n - off < size ? n - off : size;
+	return 0;
+}
+
+static void publish_release(struct tree *t, struct handle *h)
+{
+	struct publish_handle *ph = (struct publish_handle *)h;
+
+	(void)t;
+	free(ph->buf);
+	pthread_mutex_destroy(&ph->mu);
+	node_unref(&ph->w->node, 1);
+	free(ph);
+}
+
+static bool publish_never_quick(struct tree *t, struct handle *h)
+{
+	(void)t, (void)h;
+	return false;
+}
+
+static const struct handle_ops publish_ops = {
+	.kind = "weights-publish",
+	.read = publish_read,
+	.write = publish_write,
+	.flush = publish_flush,
+	.fsync = publish_fsync,
+	.release = publish_release,
+	.flush_quick = publish_never_quick,
 };

@@ -3,6 +3,7 @@
  *   <wv>/weights/manifest.json   tensor table and fingerprint, once ready
  *   <wv>/weights/status          state, bytes done/total, rate, error
  *   <wv>/weights/rank<k>         open it and ioctl(ARTFS_IOC_ATTACH)
+ *   <wv>/weights/.publish        GPU-direct publish (write a blob, fsync)
  *
  * A load runs in its own thread through the GPU backend (gpu/); without
  * one, or without a device, a load answers ENODEV. An open rank<k> file is
@@ -14,7 +15,7 @@
 #include "artfs/artfs.h"
 #include "base.h"
 
-enum weights_file { WEIGHTS_MANIFEST = 0, WEIGHTS_STATUS, WEIGHTS_FILE_COUNT };
+enum weights_file { WEIGHTS_MANIFEST = 0, WEIGHTS_STATUS, WEIGHTS_PUBLISH, WEIGHTS_FILE_COUNT };
 
 /* Starts loading the checkpoint in dir as the weights of version wv (made
  * if missing) onto the GPUs listed in gpus ("" = all for a Hugging Face
@@ -22,6 +23,10 @@ enum weights_file { WEIGHTS_MANIFEST = 0, WEIGHTS_STATUS, WEIGHTS_FILE_COUNT };
  * checked and the load thread runs: 0, -ENODEV (no GPU support), -ENOENT,
  * -EINVAL (the checkpoint or the GPU list), -EEXIST (already loaded). */
 int weights_load(struct tree *t, const char *wv, const char *dir, const char *gpus);
+/* mkdir <wv>/weights: an empty weights/ whose .publish takes a GPU-direct
+ * publish of each rank (DESIGN.md §4.3). Returns 0 with the referenced
+ * directory node in *out, -EEXIST (v has weights), -ENOENT (v removed). */
+int weights_mkdir(struct tree *t, struct version *v, struct node **out);
 /* Removes wv's weights from the namespace. -ENOENT if none. */
 int weights_unload(struct tree *t, const char *wv);
 /* Loads the config file's weights.<wv> = dir lines (logged, not fatal). */

@@ -86,6 +86,101 @@ struct artfs_attach {
 	struct artfs_slab slabs[ARTFS_SLABS_MAX];
 };
 
+/* ---- GPU-direct publish (DESIGN.md §4.3) ------------------------------------
+ *
+ * A process that holds a version's tensors on its own GPU (a trainer, or an
+ * engine after its post-processing) publishes them as <wv> without disk or
+ * host memory:
+ *
+ *     mkdir <mnt>/<wv>/weights           (an empty weights/ that takes publishes)
+ *     fd = open(<mnt>/<wv>/weights/.publish, O_WRONLY)  (or O_RDWR)
+ *     write(fd, blob, len)               (any number of writes, in order)
+ *     fsync(fd)                          -> the result; close() returns it too
+ *
+ * The daemon opens the CUDA IPC handles, copies every tensor device to
+ * device (peer to peer when the target GPU is another one) into a slab of
+ * its own, and returns only when the copy is complete: the publisher may
+ * free or overwrite its tensors as soon as fsync returns 0. Opened O_RDWR,
+ * a read after fsync returns one line: "0 <tensors> <bytes> <seconds>\n" or
+ * "<errno name> <reason>\n". The publisher must have finished writing the
+ * tensors (cudaDeviceSynchronize or a stream sync) before it sends the blob.
+ *
+ * The blob is little-endian, fixed-width, pointer-free:
+ *
+ *     struct artfs_publish_header            (header_size bytes)
+ *     struct artfs_publish_handle [handle_count]
+ *     struct artfs_publish_tensor [tensor_count]   (tensor_size bytes each)
+ *
+ * and its length must be exactly that. Each IPC handle (cudaIpcGetMemHandle
+ * of an allocation's base) is listed once; a tensor names its handle by
+ * index and its bytes by an offset into that allocation. Tensors with the
+ * same handle, offset and size (tied parameters) are stored once and share
+ * one slab offset in the manifest. A version of tp_size ranks takes one
+ * publish per rank; it is ready (manifest.json, attachable) once every rank
+ * has been published. The result is a version like a loaded one: manifest
+ * (layout "gpu-direct"), fingerprint (revision = SHA-256 of the tensor
+ * table: names, dtypes, shapes, in blob order), rank<k>; status says
+ * "source = gpu-direct from GPU <uuid>".
+ *
+ * Every field is checked. Errors (fsync and close):
+ *     EBADMSG  malformed: magic, sizes, counts, a name empty or not
+ *              NUL-terminated or given twice, an unknown dtype, ndim > 8,
+ *              size != prod(shape) * itemsize, a handle index out of range,
+ *              a handle listed twice or not openable, offset + size beyond
+ *              the handle's allocation, a truncated or overlong blob
+ *     EINVAL   abi unknown, rank >= tp_size, tp_size differing from the
+ *              version's earlier ranks, no such target GPU
+ *     ENOMEM   the target GPU lacks room (nothing else is touched)
+ *     EEXIST   the version already has loaded weights, or this rank
+ *     ENODEV   no GPU support, or the source GPU is not one of the daemon's
+ *     EIO      a CUDA copy failed
+ */
+#define ARTFS_PUBLISH_MAGIC        0x50545241u  /* "ARTP" */
+#define ARTFS_PUBLISH_ABI          1
+#define ARTFS_PUBLISH_NAME         ".publish"
+#define ARTFS_PUBLISH_NAME_MAX     256   /* bytes of a tensor name, NUL included */
+#define ARTFS_PUBLISH_DTYPE_MAX    16    /* a safetensors dtype name ("BF16"), NUL-padded */
+#define ARTFS_PUBLISH_HANDLES_MAX  65536u
+#define ARTFS_PUBLISH_TENSORS_MAX  1048576u
+#define ARTFS_PUBLISH_TARGET_SOURCE (-1) /* target_device: the source's GPU */
+
+struct artfs_publish_header {
+	uint32_t magic;                  /* ARTFS_PUBLISH_MAGIC */
+	uint32_t abi;                    /* ARTFS_PUBLISH_ABI */
+	uint32_t header_size;            /* sizeof(struct artfs_publish_header) = 256 */
+	uint32_t tensor_size;            /* sizeof(struct artfs_publish_tensor) = 360 */
+	uint32_t handle_count;           /* 1 .. ARTFS_PUBLISH_HANDLES_MAX */
+	uint32_t tensor_count;           /* 1 .. ARTFS_PUBLISH_TENSORS_MAX */
+	uint32_t rank;                   /* this blob's rank, < tp_size */
+	uint32_t tp_size;                /* ranks of the version, >= 1 */
+	int32_t target_device;           /* the daemon's GPU index, or ARTFS_PUBLISH_TARGET_SOURCE */
+	uint32_t flags;                  /* none defined: 0 */
+	uint8_t source_uuid[16];         /* cudaDeviceProp.uuid of the handles' GPU */
+	char architecture[128];          /* for the fingerprint, NUL-terminated, or "" */
+	char quant_method[64];           /* likewise ("" = unquantized) */
+	uint8_t reserved[8];             /* 0 */
+};
+
+struct artfs_publish_handle {
+	uint8_t ipc_handle[ARTFS_IPC_HANDLE_SIZE];  /* cudaIpcMemHandle_t */
+};
+
+struct artfs_publish_tensor {
+	char name[ARTFS_PUBLISH_NAME_MAX];   /* NUL-terminated, NUL-padded, 1..255 bytes */
+	char dtype[ARTFS_PUBLISH_DTYPE_MAX]; /* "BF16", "F32", "F8_E4M3", ... */
+	uint32_t ndim;                       /* 0 .. ARTFS_NDIM_MAX */
+	uint32_t handle;                     /* index into the handles */
+	uint64_t shape[ARTFS_NDIM_MAX];      /* unused dimensions 0 */
+	uint64_t offset;                     /* bytes into the handle's allocation */
+	uint64_t size;                       /* bytes: prod(shape) * itemsize (C order, contiguous) */
+};
+
+#ifndef __cplusplus
+_Static_assert(sizeof(struct artfs_publish_header) == 256, "publish header ABI");
+_Static_assert(sizeof(struct artfs_publish_handle) == 64, "publish handle ABI");
+_Static_assert(sizeof(struct artfs_publish_tensor) == 360, "publish tensor ABI");
+#endif
+
 #define ARTFS_IOC_MAGIC            0xA7  /* private to artfs */
 #define ARTFS_IOC_ATTACH           _IOWR(ARTFS_IOC_MAGIC, 1, struct artfs_attach)
 

@@ -20,7 +20,7 @@ def expectation(ckpt, rank, tp):
 
 
 def files_of(ckpt, rank):
-    names, layout = artfs._checkpoint_files(ckpt)
+    names, layout = artfs.weights._checkpoint_files(ckpt)
     if layout == "vllm-sharded":
         names = [n for n in names if n.startswith(f"model-rank-{rank}-part-")]
     return [os.path.join(ckpt, n) for n in names]
@@ -28,7 +28,7 @@ def files_of(ckpt, rank):
 
 def main():
     cmd, mount, wv, rank, ckpt = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
-    _, layout = artfs._checkpoint_files(ckpt)
+    _, layout = artfs.weights._checkpoint_files(ckpt)
     tp = int(sys.argv[6]) if cmd == "compare" and len(sys.argv) > 6 else None
     if tp is None:
         tp = 1 if layout == "huggingface" else len({n.split("-")[2] for n in os.listdir(ckpt)

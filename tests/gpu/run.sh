@@ -2,15 +2,17 @@
 # The whole GPU check on a GPU host, from a build tree made by build.sh (or
 # $ARTFS_BUILD): mounts artfs, runs every GPU test and benchmark, prints a
 # table last, unmounts. Exit 77 where there is no GPU.
+#   ARTFS_GPU_PARTS="tests rl weights-bench flip-bench"  what to run (default: all)
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 : "${ARTFS_BUILD:=$top/.gpu-build}"
 : "${OUT:=/tmp/artfs-gpu-out}"
+: "${ARTFS_GPU_PARTS:=tests rl weights-bench flip-bench}"
 mkdir -p "$OUT"
 export ARTFS_BUILD OUT
 # Never use NVLink multicast on shared GPU hosts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONPATH="$top/contrib/python:$here"
+export PYTHONPATH="$top/contrib/python:$here" PYTHONUNBUFFERED=1
 PYTHON=${PYTHON:-python3}
 if ! "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.device_count() else 1)' 2>/dev/null; then
 	echo "SKIP: no CUDA GPU (or no torch) on this host; the GPU check runs on the GPU host"
@@ -19,7 +21,19 @@ fi
 [ -x "$ARTFS_BUILD/artfs" ] || { echo "ERROR: no artfs in $ARTFS_BUILD (tests/gpu/build.sh)"; exit 99; }
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv
 status=0
-"$PYTHON" -m pytest -v -p no:cacheprovider "$here/test_weights.py" 2>&1 | tee "$OUT/gpu-tests.log" || status=1
-grep -q " failed\| error" "$OUT/gpu-tests.log" && status=1
-"$PYTHON" "$here/bench_weights.py" 2>&1 | tee "$OUT/gpu-bench.log" || status=1
+for part in $ARTFS_GPU_PARTS; do
+	case $part in
+	tests) files="$here/test_weights.py" ;;
+	rl) files="$here/test_rl.py" ;;
+	*) files= ;;
+	esac
+	if [ -n "$files" ]; then
+		"$PYTHON" -m pytest -v -p no:cacheprovider $files 2>&1 | tee "$OUT/gpu-$part.log" || status=1
+		grep -q " failed\| error" "$OUT/gpu-$part.log" && status=1
+	fi
+	case $part in
+	weights-bench) "$PYTHON" "$here/bench_weights.py" 2>&1 | tee "$OUT/gpu-bench.log" || status=1 ;;
+	flip-bench) "$PYTHON" "$here/bench_flip.py" 2>&1 | tee "$OUT/flip-bench.log" || status=1 ;;
+	esac
+done
 exit $status

@@ -15,7 +15,8 @@ the vllm.general_plugins entry point).
 from .mount import DEFAULT_MOUNT, is_artfs_mount, mount_point
 from .r3 import (EnvelopeError, PutResult, decode_envelope, encode_envelope, get_envelopes,
                  key_of, materialize, publish, publish_many, r3_attributes, read_r3)
-from .weights import AttachedWeights, _jansson_compact, attach_weights, fingerprint
+from .weights import (AttachedWeights, PublishTensor, _jansson_compact, attach_weights, fingerprint,
+                      manifest_fingerprint, pack_publish, publish_blob)
 
 __version__ = "0.1.0"
 
@@ -23,4 +24,5 @@ __all__ = ["DEFAULT_MOUNT", "mount_point", "is_artfs_mount",
            "key_of", "encode_envelope", "decode_envelope", "EnvelopeError",
            "publish", "publish_many", "PutResult", "get_envelopes",
            "read_r3", "r3_attributes", "materialize",
-           "fingerprint", "attach_weights", "AttachedWeights"]
+           "fingerprint", "attach_weights", "AttachedWeights", "manifest_fingerprint",
+           "PublishTensor", "pack_publish", "publish_blob"]

@@ -21,7 +21,8 @@ from .mount import is_artfs_mount, mount_point
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["fingerprint", "attach_weights", "AttachedWeights"]
+__all__ = ["fingerprint", "attach_weights", "AttachedWeights", "manifest_fingerprint",
+           "PublishTensor", "pack_publish", "publish_blob"]
 
 # ---- the ABI of artfs/artfs.h -----------------------------------------------------
 ABI_VERSION = 1
@@ -194,28 +195,19 @@ def _pack_attach(fp: Fingerprint) -> bytearray:
 
 # ---- attaching weights -------------------------------------------------------------------
 
-class _DeviceBytes:
-    """A device range that torch.as_tensor takes without copying."""
+class _Attachment:
+    """The open rank file and the mapped slabs. Every attached tensor holds
+    it (through its storage), so it closes when the last tensor is gone."""
 
-    def __init__(self, ptr: int, size: int) -> None:
-        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1",
-                                         "data": (ptr, False), "version": 3}
-
-
-class AttachedWeights(dict[str, "torch.Tensor"]):
-    """name -> torch.Tensor aliasing the daemon's slab. The open rank file is
-    the attachment: keep this object (or call close()) while tensors are used."""
-
-    def __init__(self, fd: int | None, slabs: list[int],
-                 ipc_close: Callable[[int], None]) -> None:
-        super().__init__()
-        self.fd, self._slabs, self._ipc_close = fd, slabs, ipc_close
+    def __init__(self, fd: int | None, ipc_close: Callable[[int], None]) -> None:
+        self.fd: int | None = fd
+        self.slabs: list[int] = []
+        self._ipc_close = ipc_close
 
     def close(self) -> None:
-        self.clear()
-        for ptr in self._slabs:
+        for ptr in self.slabs:
             self._ipc_close(ptr)
-        self._slabs = []
+        self.slabs = []
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -225,6 +217,42 @@ class AttachedWeights(dict[str, "torch.Tensor"]):
             self.close()
         except Exception:
             pass
+
+
+class _DeviceBytes:
+    """A device range that torch.as_tensor takes without copying; torch
+    keeps this object (and so the attachment) alive with the storage."""
+
+    def __init__(self, ptr: int, size: int, owner: Any = None) -> None:
+        self.owner = owner
+        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1",
+                                         "data": (ptr, False), "version": 3}
+
+
+class AttachedWeights(dict[str, "torch.Tensor"]):
+    """name -> torch.Tensor aliasing the daemon's slab. The open rank file is
+    the attachment; it closes when this object and every tensor taken from
+    it are gone, or at once with close() (then no tensor may be used)."""
+
+    def __init__(self, attachment: _Attachment) -> None:
+        super().__init__()
+        self._att = attachment
+
+    @property
+    def fd(self) -> int | None:
+        return self._att.fd
+
+    @fd.setter
+    def fd(self, value: int | None) -> None:
+        self._att.fd = value
+
+    @property
+    def _slabs(self) -> list[int]:
+        return self._att.slabs
+
+    def close(self) -> None:
+        self.clear()
+        self._att.close()
 
 
 def _load_from_disk(checkpoint_dir: str, rank: int, device: int) -> dict[str, "torch.Tensor"]:
@@ -255,9 +283,11 @@ def attach_weights(weight_version: str, rank: int = 0, checkpoint_dir: str | Non
         if checkpoint_dir is None:
             raise OSError(errno.ENODEV, f"{mnt} is not an artfs mount and no checkpoint_dir")
         return _load_from_disk(checkpoint_dir, rank, device)
+    if expect is None and checkpoint_dir is None:
+        # A published version: what its manifest says (device checked).
+        expect = manifest_fingerprint(weight_version, rank, mnt, device)
     if expect is None:
-        if checkpoint_dir is None:
-            raise ValueError("attach_weights needs expect= or checkpoint_dir=")
+        assert checkpoint_dir is not None
         _, layout = _checkpoint_files(checkpoint_dir)
         tp = tp_size or (1 if layout == "huggingface" else None)
         if tp is None:
@@ -273,7 +303,8 @@ def attach_weights(weight_version: str, rank: int = 0, checkpoint_dir: str | Non
     torch.cuda.set_device(device)
     path = os.path.join(mnt, weight_version, "weights", f"rank{rank}")
     fd = os.open(path, os.O_RDONLY)
-    weights = AttachedWeights(fd, [], rt["ipc_close"])
+    att = _Attachment(fd, rt["ipc_close"])
+    weights = AttachedWeights(att)
     try:
         buf = _pack_attach(expect)
         fcntl.ioctl(fd, IOC_ATTACH, buf, True)
@@ -284,15 +315,101 @@ def attach_weights(weight_version: str, rank: int = 0, checkpoint_dir: str | Non
             raise OSError(errno.EIO, f"attach returned {count} slabs")
         for i in range(count):
             handle, _size = _SLAB.unpack_from(buf, off + i * _SLAB.size)
-            weights._slabs.append(rt["ipc_open"](handle))
+            att.slabs.append(rt["ipc_open"](handle))
         with open(os.path.join(mnt, weight_version, "weights", "manifest.json")) as f:
             manifest = json.load(f)
         for name, t in manifest["ranks"][rank]["tensors"].items():
             dt = getattr(torch, _TORCH_DTYPES[t["dtype"]])
-            raw = torch.as_tensor(_DeviceBytes(weights._slabs[t["slab"]] + t["offset"], t["size"]),
+            raw = torch.as_tensor(_DeviceBytes(att.slabs[t["slab"]] + t["offset"], t["size"], att),
                                   device=f"cuda:{device}")
             weights[name] = raw.view(dt).reshape(t["shape"])
     except BaseException:
         weights.close()
         raise
     return weights
+
+
+# ---- GPU-direct publish (DESIGN.md §4.3; the blob of artfs/artfs.h) ---------------------
+
+PUBLISH_MAGIC = 0x50545241
+PUBLISH_ABI = 1
+PUBLISH_NAME_MAX = 256
+_PUB_HEAD = struct.Struct("<IIIIIIIIiI16s128s64s8s")   # struct artfs_publish_header
+_PUB_TENSOR = struct.Struct("<256s16sII8QQQ")          # struct artfs_publish_tensor
+assert _PUB_HEAD.size == 256 and _PUB_TENSOR.size == 360
+
+
+class PublishTensor:
+    """One tensor of a publish: its bytes are `size` bytes at `offset` in the
+    allocation of IPC handle number `handle`."""
+
+    __slots__ = ("name", "dtype", "shape", "handle", "offset", "size")
+
+    def __init__(self, name: str, dtype: str, shape: tuple[int, ...], handle: int, offset: int,
+                 size: int) -> None:
+        self.name, self.dtype, self.shape = name, dtype, tuple(shape)
+        self.handle, self.offset, self.size = handle, offset, size
+
+
+def pack_publish(handles: list[bytes], tensors: list[PublishTensor], source_uuid: bytes,
+                 rank: int = 0, tp_size: int = 1, target_device: int = -1,
+                 architecture: str = "", quant_method: str = "") -> bytes:
+    """The blob that <wv>/weights/.publish takes (include/artfs/artfs.h)."""
+    head = _PUB_HEAD.pack(PUBLISH_MAGIC, PUBLISH_ABI, _PUB_HEAD.size, _PUB_TENSOR.size,
+                          len(handles), len(tensors), rank, tp_size, target_device, 0,
+                          bytes(source_uuid)[:16], architecture.encode()[:127],
+                          quant_method.encode()[:63], b"")
+    parts = [head] + [bytes(h).ljust(64, b"\0")[:64] for h in handles]
+    for t in tensors:
+        name = t.name.encode()
+        if not 0 < len(name) < PUBLISH_NAME_MAX:
+            raise ValueError(f"tensor name of {len(name)} bytes: 1..{PUBLISH_NAME_MAX - 1} are allowed")
+        shape = list(t.shape) + [0] * (8 - len(t.shape))
+        parts.append(_PUB_TENSOR.pack(name, t.dtype.encode(), len(t.shape), t.handle, *shape,
+                                      t.offset, t.size))
+    return b"".join(parts)
+
+
+def publish_blob(weight_version: str, blob: bytes, mount: str | None = None) -> str:
+    """Sends a blob to <wv>/weights/.publish (making weights/ if needed) and
+    returns the daemon's reply line once the copy is done. Raises OSError
+    with the errno of artfs/artfs.h and the daemon's reason."""
+    mnt = mount_point(mount)
+    wdir = os.path.join(mnt, weight_version, "weights")
+    os.makedirs(os.path.join(mnt, weight_version), exist_ok=True)
+    try:
+        os.mkdir(wdir)
+    except FileExistsError:
+        pass
+    fd = os.open(os.path.join(wdir, ".publish"), os.O_RDWR)
+    try:
+        view = memoryview(blob)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        try:
+            os.fsync(fd)
+        except OSError as e:
+            reply = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+            raise OSError(e.errno, f"publish {weight_version}: {reply or os.strerror(e.errno)}") from None
+        return os.pread(fd, 4096, 0).decode().strip()
+    finally:
+        os.close(fd)
+
+
+def manifest_fingerprint(weight_version: str, rank: int = 0, mount: str | None = None,
+                         device: int | None = None) -> Fingerprint:
+    """The fingerprint that manifest.json gives for rank (a version that was
+    published, not loaded from a checkpoint the engine can read), with the
+    compute capability and driver of this process's device, so that an
+    attach still fails (ESTALE) on a device unlike the daemon's."""
+    import torch
+    mnt = mount_point(mount)
+    with open(os.path.join(mnt, weight_version, "weights", "manifest.json")) as f:
+        fp = json.load(f)["ranks"][rank]["fingerprint"]
+    major, minor = torch.cuda.get_device_capability(rank if device is None else device)
+    return {"architecture": fp["architecture"], "quant_method": fp["quant_method"],
+            "quant_config_sha256": bytes.fromhex(fp["quant_config_sha256"]),
+            "revision": bytes.fromhex(fp["revision"]), "dtypes": fp["dtypes"],
+            "tp_size": fp["tp_size"], "tp_rank": fp["tp_rank"], "cc_major": major,
+            "cc_minor": minor, "driver_version": _cuda_runtime()["driver_version"]()}
