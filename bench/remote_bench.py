@@ -88,7 +88,7 @@ def main():
     rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 3
     os.makedirs(work, exist_ok=True)
     cdir = os.path.join(work, "cluster")
-    base_port = 14100
+    base_port = 14100 + (os.getpid() % 80) * 10
     subprocess.run(["sh", CLUSTER, "start", cdir, str(base_port)], check=True, timeout=120)
     seeds = f"remote=127.0.0.1:{base_port}"
     mounts = []

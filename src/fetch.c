@@ -1,8 +1,11 @@
 #include "autoconf.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fetch.h"
 #include "log.h"
@@ -38,6 +41,54 @@ static int cache(struct tree *t, struct fetch_item *it, const uint8_t *val, size
 	return rc;
 }
 
+struct caching {
+	struct tree *t;
+	struct fetch_item *items;
+	uint8_t **vals;
+	size_t *lens;
+	int *results;
+	char (*keys)[ARTFS_KEY_LEN + 1];
+	size_t n;
+	_Atomic size_t next;
+};
+
+static void *cache_worker(void *arg)
+{
+	struct caching *c = arg;
+
+	for (;;) {
+		size_t i = atomic_fetch_add(&c->next, 1);
+		if (i >= c->n)
+			return NULL;
+		int rc = c->results[i];
+		if (rc == 0)
+			rc = cache(c->t, &c->items[i], c->vals[i], c->lens[i], c->keys[i]);
+		else if (rc != -ENOENT)
+			rc = -EIO;
+		c->items[i].result = rc;
+	}
+}
+
+static void run_caching(struct caching *c)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t want = c->n / 32 + 1;
+	pthread_t threads[7];
+	size_t started = 0;
+
+	if (want > 8)
+		want = 8;
+	if (cpus > 0 && want > (size_t)cpus)
+		want = (size_t)cpus;
+	atomic_init(&c->next, 0);
+	for (size_t i = 1; i < want; i++)
+		if (pthread_create(&threads[started], NULL, cache_worker, c) == 0)
+			started++;
+	cache_worker(c);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(threads[i], NULL);
+}
+
 int fetch_objects(struct tree *t, struct fetch_item *items, size_t n)
 {
 	if (!n)
@@ -65,15 +116,14 @@ int fetch_objects(struct tree *t, struct fetch_item *items, size_t n)
 		hex[i] = keys[i] + sizeof(ARTFS_KEY_PREFIX) - 1;
 	}
 	remote_get_many(t->remote, n, hex, vals, lens, results);
+	/* Each value is checked and committed here as a publish: on several
+	 * threads for a batch, since each costs a few file operations. */
+	struct caching c = { .t = t, .items = items, .vals = vals, .lens = lens, .results = results,
+			     .keys = keys, .n = n };
+	run_caching(&c);
 	for (size_t i = 0; i < n; i++) {
-		int rc = results[i];
-		if (rc == 0)
-			rc = cache(t, &items[i], vals[i], lens[i], keys[i]);
-		else if (rc != -ENOENT)
-			rc = -EIO;
-		items[i].result = rc;
-		if (rc && !first)
-			first = rc;
+		if (items[i].result && !first)
+			first = items[i].result;
 		free(vals[i]);
 	}
 out:
