@@ -51,6 +51,7 @@
 #include "envelope.h"
 #include "key.h"
 #include "npy.h"
+#include "store.h"
 #include "sha256.h"
 #include "util.h"
 
@@ -512,6 +513,10 @@ static void generate_part(const struct cfg *c, int versions_fd, unsigned worker,
 			if (rc < 0)
 				bench_die("write %s/v/%s/%s: %s", c->store, c->wv[v], hex,
 					  strerror(-rc));
+			/* As a commit leaves it: the .npy size in the file's mtime. */
+			uint64_t npy;
+			if (npy_file_size(&env.array, &npy) == 0)
+				store_mark_npy_size(fd, npy);
 			if (close(fd) < 0)
 				bench_die("close %s/v/%s/%s: %s", c->store, c->wv[v], hex,
 					  strerror(errno));

@@ -284,3 +284,50 @@ def test_batch_put_with_a_cluster_and_config_lists_the_options(nodes):
                 "remote_timeout = 1", "remote_auth = "):
         assert opt in cfg, cfg
     assert "artfs_remote_latency_seconds_bucket" in open(a.path(".artfs", "metrics")).read()
+
+
+def test_auth_with_a_password_file(nodes, cluster, tmp_path):
+    for port in cluster.ports():
+        cluster.cli("config", "set", "masterauth", "s3cret", port=port)
+        cluster.cli("config", "set", "requirepass", "s3cret", port=port)
+    pw = tmp_path / "redis.pass"
+    pw.write_text("s3cret\n")
+    os.chmod(pw, 0o600)
+    a = nodes("a", remote_auth=str(pw))
+    b = nodes("b", remote_auth=str(pw))
+    nopw = nodes("n")
+    os.makedirs(a.path(WV), exist_ok=True)
+    h = "ad" * 8
+    assert publish(a.path(WV, h), encode(WV, h, routed_experts(4))) == 0
+    assert read_result(b.path(WV, h)) == npy_bytes(routed_experts(4))
+    # Without the password the cluster answers nothing: EIO, never ENOENT.
+    assert read_result(nopw.path(WV, h)).endswith("EIO")
+
+
+def test_readers_see_no_error_while_slots_move(nodes, cluster):
+    a, b = nodes("a", remote_timeout="3"), nodes("b", remote_timeout="3")
+    os.makedirs(a.path(WV), exist_ok=True)
+    hashes = ["%04x" % i + "5e" * 6 for i in range(1500)]
+    envs = [encode(WV, h, routed_experts(2, seed=i)) for i, h in enumerate(hashes)]
+    fd = os.open(a.path(WV, ".put"), os.O_RDWR)
+    os.write(fd, b"".join(h.encode() + b"\n" + e for h, e in zip(hashes, envs)))
+    os.fsync(fd)
+    os.close(fd)
+    out = cluster.cli("cluster", "nodes").stdout.decode().splitlines()
+    masters = [l.split()[0] for l in out if "master" in l.split()[2]]
+    mover = subprocess.Popen(
+        ["redis-cli", "--cluster", "reshard", f"127.0.0.1:{cluster.base}",
+         "--cluster-from", masters[0], "--cluster-to", masters[1],
+         "--cluster-slots", "3000", "--cluster-yes", "--cluster-pipeline", "10"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # Every object a local miss on B, fetched while its slot may move.
+        for i, h in enumerate(hashes):
+            assert read_result(b.path(WV, h)) == npy_bytes(routed_experts(2, seed=i)), h
+    finally:
+        mover.wait(timeout=120)
+    assert mover.returncode == 0
+    m = b.metrics()
+    assert m["artfs_remote_errors_total"] == 0
+    # B learnt the slot map before the move: it was redirected, and said nothing.
+    assert sum(v for k, v in m.items() if k.startswith("artfs_remote_redirects_total")) > 0, m
