@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cleanup.h"
 #include "fetch.h"
 #include "log.h"
 #include "publish.h"
@@ -98,18 +99,17 @@ int fetch_objects(struct tree *t, struct fetch_item *items, size_t n)
 			items[i].result = -ENOENT;
 		return -ENOENT;
 	}
-	char (*keys)[ARTFS_KEY_LEN + 1] = calloc(n, sizeof(*keys));
-	const char **hex = calloc(n, sizeof(*hex));
-	uint8_t **vals = calloc(n, sizeof(*vals));
-	size_t *lens = calloc(n, sizeof(*lens));
-	int *results = calloc(n, sizeof(*results));
+	_cleanup_free_ char (*keys)[ARTFS_KEY_LEN + 1] = calloc(n, sizeof(*keys));
+	_cleanup_free_ const char **hex = calloc(n, sizeof(*hex));
+	_cleanup_free_ uint8_t **vals = calloc(n, sizeof(*vals));
+	_cleanup_free_ size_t *lens = calloc(n, sizeof(*lens));
+	_cleanup_free_ int *results = calloc(n, sizeof(*results));
 	int first = 0;
 
 	if (!keys || !hex || !vals || !lens || !results) {
-		first = -ENOMEM;
 		for (size_t i = 0; i < n; i++)
 			items[i].result = -ENOMEM;
-		goto out;
+		return -ENOMEM;
 	}
 	for (size_t i = 0; i < n; i++) {
 		version_object_key(items[i].ver, items[i].hash, items[i].hash_len, keys[i]);
@@ -126,11 +126,5 @@ int fetch_objects(struct tree *t, struct fetch_item *items, size_t n)
 			first = items[i].result;
 		free(vals[i]);
 	}
-out:
-	free(keys);
-	free(hex);
-	free(vals);
-	free(lens);
-	free(results);
 	return first;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cleanup.h"
 #include "key.h"
 #include "log.h"
 #include "npy.h"
@@ -113,20 +114,16 @@ int object_load_envelope(struct tree *t, struct version *ver, const uint8_t *has
 	uint8_t digest[32];
 
 	key_hex(hash, hash_len, name);
-	int fd = open_stored(t, ver, name);
+	_cleanup_close_ int fd = open_stored(t, ver, name);
 	if (fd < 0)
 		return fd;
-	int rc = 0;
 	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != size)
-		rc = corrupt(t, ver, name, "its size changed since it was indexed");
-	else if (store_pread_all(fd, dst, size, 0) < 0)
-		rc = corrupt(t, ver, name, "short read");
-	close(fd);
-	if (rc < 0)
-		return rc;
+		return corrupt(t, ver, name, "its size changed since it was indexed");
+	if (store_pread_all(fd, dst, size, 0) < 0)
+		return corrupt(t, ver, name, "short read");
 	if (envelope_parse(dst, size, &env, detail, sizeof(detail)))
 		return corrupt(t, ver, name, detail);
-	rc = check_identity(t, ver, name, hash, hash_len, &env, size);
+	int rc = check_identity(t, ver, name, hash, hash_len, &env, size);
 	if (rc < 0)
 		return rc;
 	sha256_once(dst + ENVELOPE_PREFIX_LEN + env.header_len, env.payload_len, digest);
