@@ -155,6 +155,28 @@ static void weights_node_free(struct node *n)
 	weights_free((struct weights *)n);
 }
 
+/* The weights node and the nodes it owns (weights/, its files, rank<k>),
+ * all sharing its count: one reference, the version's. */
+static void init_nodes(struct weights *w, int nranks)
+{
+	pthread_mutex_init(&w->mu, NULL);
+	w->node.type = NODE_WEIGHTS;
+	index_set_weights_free(weights_node_free);
+	atomic_init(&w->node.refs, 1);
+	w->dir.type = NODE_WEIGHTS_DIR;
+	w->dir.owner = &w->node;
+	for (int i = 0; i < WEIGHTS_FILE_COUNT; i++) {
+		w->files[i].type = NODE_WEIGHTS_FILE;
+		w->files[i].sub = (uint8_t)i;
+		w->files[i].owner = &w->node;
+	}
+	for (int r = 0; r < nranks; r++) {
+		w->ranks[r].node.type = NODE_WEIGHTS_RANK;
+		w->ranks[r].node.sub = (uint8_t)r;
+		w->ranks[r].node.owner = &w->node;
+	}
+}
+
 /* ---- planning a load -------------------------------------------------------------- */
 
 static int parse_gpus(const char *text, int *out, int cap, int *n)
@@ -443,17 +465,7 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 	w->ver = v; /* our reference from version_for */
 	w->ckpt = ckpt;
 	w->nranks = nranks;
-	pthread_mutex_init(&w->mu, NULL);
-	w->node.type = NODE_WEIGHTS;
-	index_set_weights_free(weights_node_free);
-	atomic_init(&w->node.refs, 1); /* the version's */
-	w->dir.type = NODE_WEIGHTS_DIR;
-	w->dir.owner = &w->node;
-	for (int i = 0; i < WEIGHTS_FILE_COUNT; i++) {
-		w->files[i].type = NODE_WEIGHTS_FILE;
-		w->files[i].sub = (uint8_t)i;
-		w->files[i].owner = &w->node;
-	}
+	init_nodes(w, nranks);
 	w->granks = calloc((size_t)nranks, sizeof(*w->granks));
 	w->paths = calloc(ckpt.nfiles ? ckpt.nfiles : 1, sizeof(*w->paths));
 	w->sizes = calloc(ckpt.nfiles ? ckpt.nfiles : 1, sizeof(*w->sizes));
@@ -461,9 +473,6 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 	size_t used = 0;
 	for (int r = 0; r < nranks && rc == 0; r++) {
 		struct weights_rank *wr = &w->ranks[r];
-		wr->node.type = NODE_WEIGHTS_RANK;
-		wr->node.sub = (uint8_t)r;
-		wr->node.owner = &w->node;
 		wr->device = gpu_list[r];
 		for (int k = 0; k < ndevs; k++)
 			if (devs[k].index == gpu_list[r])
@@ -961,22 +970,7 @@ int weights_mkdir(struct tree *t, struct version *v, struct node **out)
 		free(w);
 		return -ENOMEM;
 	}
-	pthread_mutex_init(&w->mu, NULL);
-	w->node.type = NODE_WEIGHTS;
-	index_set_weights_free(weights_node_free);
-	atomic_init(&w->node.refs, 1); /* the version's */
-	w->dir.type = NODE_WEIGHTS_DIR;
-	w->dir.owner = &w->node;
-	for (int i = 0; i < WEIGHTS_FILE_COUNT; i++) {
-		w->files[i].type = NODE_WEIGHTS_FILE;
-		w->files[i].sub = (uint8_t)i;
-		w->files[i].owner = &w->node;
-	}
-	for (int r = 0; r < RANKS_MAX; r++) {
-		w->ranks[r].node.type = NODE_WEIGHTS_RANK;
-		w->ranks[r].node.sub = (uint8_t)r;
-		w->ranks[r].node.owner = &w->node;
-	}
+	init_nodes(w, RANKS_MAX);
 	w->state = EMPTY;
 	w->gpu_direct = true;
 	w->thread_done = true; /* no load thread */
