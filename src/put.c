@@ -146,7 +146,7 @@ static int start_record(struct tree *t, struct put *p)
 	}
 	p->remaining = total - p->head_len;
 	const char *hex = env.key + sizeof(ARTFS_KEY_PREFIX) - 1;
-	struct version *v = p->ver;
+	struct version *v = NULL; /* referenced */
 	int rc = 0;
 	if (!p->ver) {
 		/* .keys/.put: the record's key names it. */
@@ -154,14 +154,17 @@ static int start_record(struct tree *t, struct put *p)
 		p->key[64] = '\0';
 		p->hash_len = 32;
 		rc = key_sha256_decode(hex, p->hash) < 0 ? -EBADMSG : version_keyonly(t, &v);
-	} else if (p->bad_line)
-		rc = -EBADMSG;
-	else {
-		char key[ARTFS_KEY_LEN + 1];
-		version_object_key(p->ver, p->hash, p->hash_len, key);
-		memcpy(p->key, key + sizeof(ARTFS_KEY_PREFIX) - 1, 64);
-		p->key[64] = '\0';
+	} else {
+		v = p->ver;
 		node_ref(&v->node);
+		if (p->bad_line)
+			rc = -EBADMSG;
+		else {
+			char key[ARTFS_KEY_LEN + 1];
+			version_object_key(p->ver, p->hash, p->hash_len, key);
+			memcpy(p->key, key + sizeof(ARTFS_KEY_PREFIX) - 1, 64);
+			p->key[64] = '\0';
+		}
 	}
 	if (rc == 0) {
 		struct object *o = object_new(v, p->hash, p->hash_len);
