@@ -60,9 +60,7 @@ struct gpu_load {
 	_Atomic int cancel;          /* set to stop a load early */
 	/* what the load did, for status and tests */
 	bool used_nccl;
-	unsigned readers;            /* reader (or register) threads */
-	const char *host_path;       /* "read": pread into pinned buffers; "register": the
-	                              * source's pages pinned in place (host-memory sources) */
+	unsigned readers;
 };
 
 /* Allocates every rank's slab and exports its IPC handle, at once, so that

@@ -1,8 +1,6 @@
-/* The load pipeline. A checkpoint already in host memory (tmpfs, page cache)
- * takes the registered path below: its pages are pinned in place and copied
- * by the GPU, no CPU copy. Otherwise reader threads pread checkpoint chunks
- * into pinned host buffers (several reads in flight), copy each tensor's
- * part to its slab offset with cudaMemcpyAsync. From the page cache or tmpfs one thread
+/* The load pipeline: reader threads pread checkpoint chunks into pinned host
+ * buffers (several reads in flight), copy each tensor's part to its slab
+ * offset with cudaMemcpyAsync. From the page cache or tmpfs one thread
  * copies at a fraction of the host->device rate, so there is one reader per
  * core (up to READERS_MAX), each with its own pinned buffers; the buffers
  * stay pinned between loads (pinning a GiB costs tens of ms). Weights replicated on several GPUs are read
@@ -17,9 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
@@ -47,28 +43,11 @@ struct chunk {
 	size_t first;              /* first of rank's pieces it overlaps */
 };
 
-/* The registered path (host memory sources): one window of a file, pinned
- * in place with cudaHostRegister and copied straight to the slabs. */
-struct wcopy {
-	size_t win;                /* the window it copies from */
-	int rank;                  /* whose slab */
-	uint64_t off;              /* file offset */
-	uint64_t len;
-	uint64_t slab_offset;
-};
-
-struct window {
-	uint32_t file;
-	uint64_t off, len;         /* the file range registered */
-	size_t first, ncopies;     /* its copies in wcopies */
-};
-
 struct loader {
 	struct gpu_load *l;
 	struct chunk *chunks;
 	size_t nchunks;
 	_Atomic size_t next;
-	_Atomic size_t wnext;      /* the registered path's next window */
 	int *fds;
 	/* Replicated weights: ranges of rank 0's slab waiting to be broadcast. */
 	pthread_mutex_t q_mu;
@@ -79,14 +58,6 @@ struct loader {
 	struct nccl_group *nccl;
 	cudaStream_t bstreams[RANKS_MAX];
 	void *slabs[RANKS_MAX];
-	/* The registered path: each file mapped, windows of it registered. */
-	void **maps;
-	uint64_t *map_len;
-	struct window *wins;
-	size_t nwins;
-	struct wcopy *wcopies;
-	size_t nwcopies;
-	unsigned cudareg_flags;
 	pthread_mutex_t err_mu;
 	_Atomic int failed;
 	int error;
@@ -223,8 +194,11 @@ static bool copy_chunk(struct loader *ld, struct reader *rd, const struct chunk 
 }
 
 /* Hands a range of rank 0's slab, copied from buffer b, to the broadcaster. */
-static bool enqueue_range(struct loader *ld, uint64_t lo, uint64_t hi)
+static bool enqueue(struct loader *ld, struct reader *rd, int b, uint64_t lo, uint64_t hi)
 {
+	if (!cuda_ok(ld, cudaEventSynchronize(rd->events[b][0]), "cudaEventSynchronize"))
+		return false;
+	rd->used[b] &= ~1ULL;
 	pthread_mutex_lock(&ld->q_mu);
 	if (ld->q_len == ld->q_cap) {
 		size_t cap = ld->q_cap ? ld->q_cap * 2 : 256;
@@ -241,14 +215,6 @@ static bool enqueue_range(struct loader *ld, uint64_t lo, uint64_t hi)
 	pthread_cond_signal(&ld->q_cv);
 	pthread_mutex_unlock(&ld->q_mu);
 	return true;
-}
-
-static bool enqueue(struct loader *ld, struct reader *rd, int b, uint64_t lo, uint64_t hi)
-{
-	if (!cuda_ok(ld, cudaEventSynchronize(rd->events[b][0]), "cudaEventSynchronize"))
-		return false;
-	rd->used[b] &= ~1ULL;
-	return enqueue_range(ld, lo, hi);
 }
 
 static bool buffer_free(struct loader *ld, struct reader *rd, int b)
@@ -386,365 +352,6 @@ static void *broadcaster(void *arg)
 	return NULL;
 }
 
-/* ---- the registered path ------------------------------------------------------- */
-
-/* A checkpoint already in host memory (tmpfs, or the page cache) is not
- * copied by the CPU at all: each window of the file's mapping is pinned in
- * place with cudaHostRegister and the GPU copies from it, several workers
- * registering windows while the copies of earlier ones run. */
-#define WINDOW_DEFAULT (512ull << 20)
-#define REG_WORKERS_DEFAULT 8
-#define REG_WORKERS_MAX 32
-#define REG_DEPTH 2            /* windows a worker has registered at once */
-#define RESIDENT_SAMPLE 256    /* pages mincore looks at per file */
-#ifndef TMPFS_MAGIC
-#define TMPFS_MAGIC 0x01021994
-#endif
-
-static uint64_t env_u64(const char *name, uint64_t dflt, uint64_t lo, uint64_t hi)
-{
-	const char *v = getenv(name);
-	char *end;
-
-	if (!v || !*v)
-		return dflt;
-	unsigned long long x = strtoull(v, &end, 10);
-	return *end || x < lo || x > hi ? dflt : (uint64_t)x;
-}
-
-/* Maps every file; returns whether all of them are in host memory: on
- * tmpfs, or a sample of their pages resident in the page cache. */
-static bool map_files(struct loader *ld, bool *resident)
-{
-	struct gpu_load *l = ld->l;
-	long page = sysconf(_SC_PAGESIZE);
-
-	*resident = true;
-	ld->maps = calloc(l->nfiles ? l->nfiles : 1, sizeof(*ld->maps));
-	ld->map_len = calloc(l->nfiles ? l->nfiles : 1, sizeof(*ld->map_len));
-	if (!ld->maps || !ld->map_len)
-		return false;
-	for (size_t f = 0; f < l->nfiles; f++) {
-		struct stat st;
-		if (fstat(ld->fds[f], &st) < 0)
-			return false;
-		if (st.st_size == 0)
-			continue;
-		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, ld->fds[f], 0);
-		if (m == MAP_FAILED)
-			return false;
-		ld->maps[f] = m;
-		ld->map_len[f] = (uint64_t)st.st_size;
-		struct statfs sf;
-		if (!*resident || (fstatfs(ld->fds[f], &sf) == 0 && sf.f_type == TMPFS_MAGIC))
-			continue;
-		uint64_t npages = ((uint64_t)st.st_size + (uint64_t)page - 1) / (uint64_t)page;
-		for (unsigned i = 0; i < RESIDENT_SAMPLE && *resident; i++) {
-			unsigned char vec = 0;
-			uint64_t pg = npages * i / RESIDENT_SAMPLE;
-			if (mincore((char *)m + pg * (uint64_t)page, (size_t)page, &vec) < 0 || !(vec & 1))
-				*resident = false;
-		}
-	}
-	return true;
-}
-
-static void unmap_files(struct loader *ld)
-{
-	if (ld->maps)
-		for (size_t f = 0; f < ld->l->nfiles; f++)
-			if (ld->maps[f])
-				munmap(ld->maps[f], (size_t)ld->map_len[f]);
-	free(ld->maps);
-	free(ld->map_len);
-	ld->maps = NULL;
-	ld->map_len = NULL;
-}
-
-static int wcopy_cmp(const void *a, const void *b)
-{
-	const struct wcopy *x = a, *y = b;
-
-	if (x->win != y->win)
-		return x->win < y->win ? -1 : 1;
-	if (x->rank != y->rank)
-		return x->rank < y->rank ? -1 : 1;
-	return x->off < y->off ? -1 : x->off > y->off;
-}
-
-/* Cuts the files into windows of wsize bytes (at multiples of wsize, so no
- * two windows share a page) and every source rank's pieces into copies, one
- * window each; keeps the windows that something is copied from. */
-static int plan_windows(struct loader *ld, uint64_t wsize)
-{
-	struct gpu_load *l = ld->l;
-	int sources = l->replicated ? 1 : l->nranks;
-	size_t cap = 0, *base = calloc(l->nfiles + 1, sizeof(*base));
-
-	if (!base)
-		return -ENOMEM;
-	for (size_t f = 0; f < l->nfiles; f++)
-		base[f + 1] = base[f] + (size_t)((ld->map_len[f] + wsize - 1) / wsize);
-	for (int r = 0; r < sources; r++) {
-		const struct gpu_rank *rk = &l->ranks[r];
-		for (size_t i = 0; i < rk->npieces; i++) {
-			const struct gpu_piece *p = &rk->pieces[i];
-			uint64_t pos = p->file_offset, left = p->size;
-			if (p->file >= l->nfiles || p->file_offset + p->size > ld->map_len[p->file]) {
-				free(base);
-				return -EINVAL;
-			}
-			while (left) {
-				uint64_t k = pos / wsize, take = (k + 1) * wsize - pos;
-				if (take > left)
-					take = left;
-				if (ld->nwcopies == cap) {
-					cap = cap ? cap * 2 : 256;
-					struct wcopy *c = realloc(ld->wcopies, cap * sizeof(*c));
-					if (!c) {
-						free(base);
-						return -ENOMEM;
-					}
-					ld->wcopies = c;
-				}
-				ld->wcopies[ld->nwcopies++] = (struct wcopy){
-					.win = base[p->file] + (size_t)k, .rank = r, .off = pos, .len = take,
-					.slab_offset = p->slab_offset + (pos - p->file_offset) };
-				pos += take;
-				left -= take;
-			}
-		}
-	}
-	qsort(ld->wcopies, ld->nwcopies, sizeof(*ld->wcopies), wcopy_cmp);
-	ld->wins = calloc(ld->nwcopies ? ld->nwcopies : 1, sizeof(*ld->wins));
-	if (!ld->wins) {
-		free(base);
-		return -ENOMEM;
-	}
-	size_t f = 0;
-	for (size_t i = 0; i < ld->nwcopies; i++) {
-		struct wcopy *c = &ld->wcopies[i];
-		if (i == 0 || c->win != ld->wcopies[i - 1].win) {
-			while (base[f + 1] <= c->win)
-				f++;
-			uint64_t off = (uint64_t)(c->win - base[f]) * wsize;
-			uint64_t len = ld->map_len[f] - off < wsize ? ld->map_len[f] - off : wsize;
-			ld->wins[ld->nwins++] = (struct window){ .file = (uint32_t)f, .off = off, .len = len,
-								 .first = i };
-		}
-		ld->wins[ld->nwins - 1].ncopies++;
-	}
-	for (size_t i = 0; i < ld->nwins; i++)
-		for (size_t k = 0; k < ld->wins[i].ncopies; k++)
-			ld->wcopies[ld->wins[i].first + k].win = i;
-	free(base);
-	return 0;
-}
-
-struct held {
-	void *ptr;                 /* registered (or, when that failed, plain) */
-	uint64_t len;
-	bool registered;
-	uint64_t bytes;
-	uint64_t used;             /* bit r: copies to rank r pending */
-	uint64_t lo, hi;           /* rank 0's slab range, for the broadcast */
-	cudaEvent_t ev[RANKS_MAX];
-};
-
-struct regworker {
-	struct loader *ld;
-	cudaStream_t streams[RANKS_MAX];
-	struct held held[REG_DEPTH];
-	pthread_t thread;
-	bool started;
-};
-
-static _Atomic int reg_fallback_said;
-
-static bool held_finish(struct loader *ld, struct held *h)
-{
-	struct gpu_load *l = ld->l;
-	bool ok = true;
-
-	for (int r = 0; r < l->nranks; r++)
-		if (h->used & (1ULL << r))
-			ok = cuda_ok(ld, cudaEventSynchronize(h->ev[r]), "cudaEventSynchronize") && ok;
-	h->used = 0;
-	if (h->ptr && h->registered)
-		cudaHostUnregister(h->ptr);
-	h->ptr = NULL;
-	atomic_fetch_add(&l->bytes_read, h->bytes);
-	h->bytes = 0;
-	if (ok && l->replicated && l->nranks > 1 && h->hi > h->lo)
-		ok = enqueue_range(ld, h->lo, h->hi);
-	return ok;
-}
-
-static bool window_copy(struct loader *ld, struct regworker *wk, const struct window *win,
-			struct held *h)
-{
-	struct gpu_load *l = ld->l;
-	long page = sysconf(_SC_PAGESIZE);
-
-	h->ptr = (char *)ld->maps[win->file] + win->off;
-	h->len = (win->len + (uint64_t)page - 1) / (uint64_t)page * (uint64_t)page;
-	cudaError_t e = cudaHostRegister(h->ptr, h->len, ld->cudareg_flags);
-	h->registered = e == cudaSuccess;
-	if (!h->registered) {
-		/* Copied from pageable memory instead: slower, still right. */
-		cudaGetLastError();
-		if (!atomic_exchange(&reg_fallback_said, 1))
-			fprintf(stderr, "artfs: cudaHostRegister of %s: %s; copying from pageable memory\n",
-				l->paths[win->file], cudaGetErrorString(e));
-	}
-	h->lo = UINT64_MAX;
-	h->hi = 0;
-	for (size_t k = 0; k < win->ncopies; k++) {
-		const struct wcopy *c = &ld->wcopies[win->first + k];
-		int dst = l->replicated ? 0 : c->rank;
-		if (!cuda_ok(ld, cudaSetDevice(l->ranks[dst].device), "cudaSetDevice") ||
-		    !cuda_ok(ld, cudaMemcpyAsync((char *)ld->slabs[dst] + c->slab_offset,
-						 (char *)ld->maps[win->file] + c->off, c->len,
-						 cudaMemcpyHostToDevice, wk->streams[dst]), "cudaMemcpyAsync"))
-			return false;
-		h->used |= 1ULL << dst;
-		h->bytes += c->len;
-		if (dst == 0) {
-			if (c->slab_offset < h->lo)
-				h->lo = c->slab_offset;
-			if (c->slab_offset + c->len > h->hi)
-				h->hi = c->slab_offset + c->len;
-		}
-	}
-	for (int r = 0; r < l->nranks; r++)
-		if (h->used & (1ULL << r)) {
-			cudaSetDevice(l->ranks[r].device);
-			if (!cuda_ok(ld, cudaEventRecord(h->ev[r], wk->streams[r]), "cudaEventRecord"))
-				return false;
-		}
-	return true;
-}
-
-static void *regworker_main(void *arg)
-{
-	struct regworker *wk = arg;
-	struct loader *ld = wk->ld;
-	int s = 0;
-
-	for (;;) {
-		size_t i = atomic_fetch_add(&ld->wnext, 1);
-		if (i >= ld->nwins || ld->failed || ld->l->cancel)
-			break;
-		struct held *h = &wk->held[s];
-		if ((h->ptr && !held_finish(ld, h)) || !window_copy(ld, wk, &ld->wins[i], h))
-			break;
-		s = (s + 1) % REG_DEPTH;
-	}
-	for (int k = 0; k < REG_DEPTH; k++)
-		if (wk->held[k].ptr)
-			held_finish(ld, &wk->held[k]);
-	return NULL;
-}
-
-static bool regworker_init(struct loader *ld, struct regworker *wk)
-{
-	struct gpu_load *l = ld->l;
-
-	wk->ld = ld;
-	for (int r = 0; r < l->nranks; r++) {
-		if (!cuda_ok(ld, cudaSetDevice(l->ranks[r].device), "cudaSetDevice") ||
-		    !cuda_ok(ld, cudaStreamCreateWithFlags(&wk->streams[r], cudaStreamNonBlocking),
-			     "cudaStreamCreate"))
-			return false;
-		for (int k = 0; k < REG_DEPTH; k++)
-			if (!cuda_ok(ld, cudaEventCreateWithFlags(&wk->held[k].ev[r], cudaEventDisableTiming),
-				     "cudaEventCreate"))
-				return false;
-	}
-	return true;
-}
-
-static void regworker_fini(struct loader *ld, struct regworker *wk)
-{
-	for (int r = 0; r < ld->l->nranks; r++) {
-		cudaSetDevice(ld->l->ranks[r].device);
-		if (wk->streams[r])
-			cudaStreamDestroy(wk->streams[r]);
-		for (int k = 0; k < REG_DEPTH; k++)
-			if (wk->held[k].ev[r])
-				cudaEventDestroy(wk->held[k].ev[r]);
-	}
-}
-
-/* Whether the registered path applies: ARTFS_LOAD_PATH=read never,
- * =register always (where the GPUs can register read-only memory),
- * otherwise when every file is in host memory. Maps the files when it does. */
-static bool use_registered(struct loader *ld)
-{
-	struct gpu_load *l = ld->l;
-	const char *mode = getenv("ARTFS_LOAD_PATH");
-	bool resident;
-
-	if (mode && strcmp(mode, "read") == 0)
-		return false;
-	for (int r = 0; r < l->nranks; r++) {
-		int ro = 0;
-		if (cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported,
-					   l->ranks[r].device) != cudaSuccess || !ro) {
-			cudaGetLastError();
-			return false;
-		}
-	}
-	if (!map_files(ld, &resident) || !(resident || (mode && strcmp(mode, "register") == 0))) {
-		unmap_files(ld);
-		return false;
-	}
-	ld->cudareg_flags = cudaHostRegisterPortable | cudaHostRegisterReadOnly;
-	return true;
-}
-
-/* Runs the registered path's workers to the end of the load. */
-static void load_registered(struct loader *ld)
-{
-	struct gpu_load *l = ld->l;
-	uint64_t wsize = env_u64("ARTFS_REG_WINDOW_MB", WINDOW_DEFAULT >> 20, 2, 1 << 16) << 20;
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	uint64_t n = env_u64("ARTFS_REG_WORKERS", REG_WORKERS_DEFAULT, 1, REG_WORKERS_MAX);
-	struct regworker *wk;
-
-	wsize = (wsize + ARTFS_SLAB_ALIGN - 1) / ARTFS_SLAB_ALIGN * ARTFS_SLAB_ALIGN;
-	int rc = plan_windows(ld, wsize);
-	if (rc < 0) {
-		fail(ld, rc, rc == -ENOMEM ? "out of memory" : "a tensor lies beyond its file");
-		return;
-	}
-	if (cpus > 0 && n > (uint64_t)cpus)
-		n = (uint64_t)cpus;
-	if (n > ld->nwins)
-		n = ld->nwins ? ld->nwins : 1;
-	l->readers = (unsigned)n;
-	wk = calloc(n, sizeof(*wk));
-	if (!wk) {
-		fail(ld, -ENOMEM, "out of memory");
-		return;
-	}
-	for (uint64_t i = 0; i < n; i++) {
-		if (!regworker_init(ld, &wk[i]))
-			break;
-		if (pthread_create(&wk[i].thread, NULL, regworker_main, &wk[i]) != 0) {
-			fail(ld, -EAGAIN, "cannot start a load thread");
-			break;
-		}
-		wk[i].started = true;
-	}
-	for (uint64_t i = 0; i < n; i++)
-		if (wk[i].started)
-			pthread_join(wk[i].thread, NULL);
-	for (uint64_t i = 0; i < n; i++)
-		regworker_fini(ld, &wk[i]);
-	free(wk);
-}
-
 void gpu_unload(struct gpu_load *l)
 {
 	for (int r = 0; r < l->nranks; r++) {
@@ -837,20 +444,12 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 			fail(&ld, -EAGAIN, "cannot start the broadcast thread");
 	}
 
-	bool registered = !ld.failed && use_registered(&ld);
-	l->host_path = registered ? "register" : "read";
-	if (registered)
-		load_registered(&ld);
-	unsigned n = registered ? 0 : readers_for(ld.nchunks);
-	if (!registered)
-		l->readers = n;
-	bool pooled = false;
-	if (n) {
-		pthread_mutex_lock(&pool_mu);
-		pooled = !pool_busy;
-		pool_busy = true;
-		pthread_mutex_unlock(&pool_mu);
-	}
+	unsigned n = readers_for(ld.nchunks);
+	l->readers = n;
+	pthread_mutex_lock(&pool_mu);
+	bool pooled = !pool_busy;
+	pool_busy = true;
+	pthread_mutex_unlock(&pool_mu);
 	for (unsigned i = 0; i < n; i++) {
 		if (!reader_init(&ld, &readers[i], (int)i, pooled))
 			break;
@@ -902,9 +501,6 @@ out:
 				close(ld.fds[f]);
 	free(ld.fds);
 	free(ld.chunks);
-	free(ld.wins);
-	free(ld.wcopies);
-	unmap_files(&ld);
 	if (rc < 0)
 		gpu_unload(l);
 	pthread_mutex_destroy(&ld.err_mu);

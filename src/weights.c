@@ -327,10 +327,10 @@ static void *load_main(void *arg)
 		w->manifest_len = strlen(manifest);
 		w->state = READY;
 		log_info("weights %s: ready, %" PRIu64 " bytes read in %.2f s (%.0f MB/s) onto %d GPU%s%s, "
-			 "%s path, %u threads",
+			 "%u readers",
 			 w->ver->name, w->bytes_total, secs, secs > 0 ? (double)w->bytes_total / secs / 1e6 : 0,
 			 w->nranks, w->nranks > 1 ? "s" : "", w->load.used_nccl ? " (NCCL broadcast)" : "",
-			 w->load.host_path ? w->load.host_path : "read", w->load.readers);
+			 w->load.readers);
 	} else {
 		w->state = FAILED;
 		w->gpu_freed = true; /* gpu_load frees what it allocated when it fails */
@@ -728,7 +728,6 @@ static char *status_text(struct weights *w)
 	fprintf(f, "bytes_total = %" PRIu64 "\n", w->bytes_total);
 	fprintf(f, "seconds = %.3f\n", secs);
 	fprintf(f, "rate_mb_per_s = %.1f\n", secs > 0 ? (double)done / secs / 1e6 : 0.0);
-	fprintf(f, "host_path = %s\n", w->state == LOADING || !w->load.host_path ? "pending" : w->load.host_path);
 	fprintf(f, "load_threads = %u\n", w->load.readers);
 	fprintf(f, "broadcast = %s\n", w->nranks == 1 || w->ckpt.layout != CHECKPOINT_HF ? "none"
 				       : w->state == LOADING ? "pending"
