@@ -1,6 +1,8 @@
 #include "autoconf.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -8,7 +10,82 @@
 
 #include "gpu.h"
 
+/* The devices do not change while the daemon runs: listed once (each
+ * cudaGetDeviceProperties costs a while), then from this copy. */
+#define CACHE_MAX 64
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct gpu_device cache[CACHE_MAX];
+static int cached = -1;
+
+static int list_devices(struct gpu_device *out, int cap, char *err, size_t errlen);
+
 int gpu_devices(struct gpu_device *out, int cap, char *err, size_t errlen)
+{
+	int n;
+
+	pthread_mutex_lock(&cache_mu);
+	if (cached < 0) {
+		n = list_devices(cache, CACHE_MAX, err, errlen);
+		if (n > 0)
+			cached = n;
+	}
+	n = cached;
+	pthread_mutex_unlock(&cache_mu);
+	if (n < 0)
+		return list_devices(out, cap, err, errlen);
+	if (n > cap)
+		n = cap;
+	memcpy(out, cache, (size_t)n * sizeof(*out));
+	return n;
+}
+
+/* Readies every GPU before the first load or publish needs it: its primary
+ * context made, peer access enabled between every pair that can (a
+ * context takes a tenth of a second or more per GPU). In the background:
+ * the mount does not wait for it. */
+static pthread_t warm_thread;
+static bool warm_started;
+static _Atomic int warm_stop;
+
+static void *warmup_main(void *arg)
+{
+	struct gpu_device devs[CACHE_MAX];
+	char err[256];
+	int n = gpu_devices(devs, CACHE_MAX, err, sizeof(err));
+
+	(void)arg;
+	for (int i = 0; i < n && !warm_stop; i++)
+		if (cudaSetDevice(devs[i].index) != cudaSuccess || cudaFree(NULL) != cudaSuccess)
+			cudaGetLastError();
+	for (int i = 0; i < n && !warm_stop; i++)
+		for (int j = 0; j < n; j++) {
+			int can = 0;
+			if (i == j || cudaDeviceCanAccessPeer(&can, devs[i].index, devs[j].index) != cudaSuccess ||
+			    !can)
+				continue;
+			cudaSetDevice(devs[i].index);
+			if (cudaDeviceEnablePeerAccess(devs[j].index, 0) != cudaSuccess)
+				cudaGetLastError(); /* already enabled */
+		}
+	return NULL;
+}
+
+void gpu_warmup_start(void)
+{
+	if (!warm_started)
+		warm_started = pthread_create(&warm_thread, NULL, warmup_main, NULL) == 0;
+}
+
+void gpu_warmup_stop(void)
+{
+	if (!warm_started)
+		return;
+	warm_stop = 1;
+	pthread_join(warm_thread, NULL);
+	warm_started = false;
+}
+
+static int list_devices(struct gpu_device *out, int cap, char *err, size_t errlen)
 {
 	int count = 0, driver = 0;
 	cudaError_t e = cudaGetDeviceCount(&count);

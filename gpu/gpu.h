@@ -25,6 +25,12 @@ struct gpu_device {
  * device) with the reason in err. */
 int gpu_devices(struct gpu_device *out, int cap, char *err, size_t errlen);
 
+/* Starts readying every GPU in the background (contexts, peer access) so
+ * that the first load or publish does not pay for it; stop waits for it.
+ * Called once the daemon has daemonized. */
+void gpu_warmup_start(void);
+void gpu_warmup_stop(void);
+
 /* One tensor's bytes: where they are in which file, where they go in the slab. */
 struct gpu_piece {
 	uint32_t file;
@@ -89,6 +95,8 @@ struct gpu_publish {
 	/* filled by gpu_publish */
 	int source_device;
 	bool peer;                   /* copied from another GPU */
+	double open_seconds;         /* opening the IPC handles */
+	double alloc_seconds;        /* the slab's cudaMalloc */
 	double copy_seconds;         /* the copies alone (handles open, slab allocated) */
 };
 

@@ -39,3 +39,11 @@ int gpu_publish(struct gpu_publish *p, char *err, size_t errlen)
 	snprintf(err, errlen, "this artfs was built without GPU support");
 	return -ENODEV;
 }
+
+void gpu_warmup_start(void)
+{
+}
+
+void gpu_warmup_stop(void)
+{
+}

@@ -106,6 +106,7 @@ int gpu_publish(struct gpu_publish *p, char *err, size_t errlen)
 	 * the source enabled first: the copies then run over NVLink from the
 	 * target's own streams (opened in the source's context they ran at a
 	 * tenth of the peer rate). */
+	double t_open = now_s();
 	if (src != dst) {
 		int can = 0;
 		cudaDeviceCanAccessPeer(&can, dst, src);
@@ -153,8 +154,11 @@ int gpu_publish(struct gpu_publish *p, char *err, size_t errlen)
 			rc = -EINVAL;
 		}
 	}
+	double t_alloc = now_s();
+	p->open_seconds = t_alloc - t_open;
 	if (rc == 0)
 		rc = slab_alloc(dst, p->dst->slab_size, &p->dst->slab, p->dst->ipc, err, errlen);
+	p->alloc_seconds = now_s() - t_alloc;
 
 	cudaStream_t streams[STREAMS] = { 0 };
 	double t0 = now_s();

@@ -69,6 +69,8 @@ struct weights {
 	char source[96];             /* gpu-direct: where the tensors came from */
 	int ranks_published;
 	double copy_seconds;         /* gpu-direct: the device copies of the last publish */
+	double open_seconds;         /* ... opening its IPC handles */
+	double alloc_seconds;        /* ... allocating its slab */
 	char *manifest;
 	size_t manifest_len;
 	int nranks;
@@ -346,9 +348,11 @@ static void *load_main(void *arg)
 		w->manifest = manifest;
 		w->manifest_len = strlen(manifest);
 		w->state = READY;
-		log_info("weights %s: ready, %" PRIu64 " bytes read in %.2f s (%.0f MB/s) onto %d GPU%s%s",
+		log_info("weights %s: ready, %" PRIu64 " bytes read in %.2f s (%.0f MB/s) onto %d GPU%s%s, "
+			 "%u readers",
 			 w->ver->name, w->bytes_total, secs, secs > 0 ? (double)w->bytes_total / secs / 1e6 : 0,
-			 w->nranks, w->nranks > 1 ? "s" : "", w->load.used_nccl ? " (NCCL broadcast)" : "");
+			 w->nranks, w->nranks > 1 ? "s" : "", w->load.used_nccl ? " (NCCL broadcast)" : "",
+			 w->load.readers);
 	} else {
 		w->state = FAILED;
 		w->gpu_freed = true; /* gpu_load frees what it allocated when it fails */
@@ -585,6 +589,7 @@ int weights_unload(struct tree *t, const char *wv)
 
 void weights_preload(struct tree *t)
 {
+	gpu_warmup_start();
 	for (unsigned i = 0; i < t->cfg->nweights; i++) {
 		const struct config_weights *cw = &t->cfg->weights[i];
 		int rc = weights_load(t, cw->version, cw->dir, "");
@@ -595,6 +600,7 @@ void weights_preload(struct tree *t)
 
 void weights_shutdown(struct tree *t)
 {
+	gpu_warmup_stop();
 	pthread_mutex_lock(&t->weights_mu);
 	for (struct weights *w = t->weights; w; w = w->next_all)
 		atomic_store(&w->load.cancel, 1);
@@ -716,6 +722,8 @@ static char *status_text(struct weights *w)
 		fprintf(f, "gpus = %s\n", w->gpus);
 		fprintf(f, "bytes_total = %" PRIu64 "\n", w->bytes_total);
 		fprintf(f, "copy_seconds = %.6f\n", w->copy_seconds);
+		fprintf(f, "open_seconds = %.6f\n", w->open_seconds);
+		fprintf(f, "alloc_seconds = %.6f\n", w->alloc_seconds);
 		fprintf(f, "seconds = %.6f\n", w->finished_ns ? (double)(w->finished_ns - w->started_ns) / 1e9 : 0.0);
 		fprintf(f, "attached = %u\n", w->attached);
 		fprintf(f, "error = %s\n", w->error);
@@ -729,6 +737,7 @@ static char *status_text(struct weights *w)
 	fprintf(f, "bytes_total = %" PRIu64 "\n", w->bytes_total);
 	fprintf(f, "seconds = %.3f\n", secs);
 	fprintf(f, "rate_mb_per_s = %.1f\n", secs > 0 ? (double)done / secs / 1e6 : 0.0);
+	fprintf(f, "load_threads = %u\n", w->load.readers);
 	fprintf(f, "broadcast = %s\n", w->nranks == 1 || w->ckpt.layout != CHECKPOINT_HF ? "none"
 				       : w->state == LOADING ? "pending"
 				       : w->load.used_nccl ? "nccl" : "host");
@@ -1314,6 +1323,8 @@ static int publish_run(struct tree *t, struct publish_handle *ph)
 		w->gpu_freed = false;
 		w->bytes_total += bytes;
 		w->copy_seconds = gp.copy_seconds;
+		w->open_seconds = gp.open_seconds;
+		w->alloc_seconds = gp.alloc_seconds;
 		w->ranks_published++;
 		char uuid[33];
 		key_hex(b.head.source_uuid, 16, uuid);
