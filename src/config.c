@@ -264,7 +264,7 @@ int config_set(struct artfs_config *c, const char *key, const char *value, bool 
 
 void config_finish(struct artfs_config *c)
 {
-	unsigned bit;
+	unsigned bit = 0;
 
 	config_option_find("remote_ttl", &bit);
 	if (!(c->given & bit))
