@@ -166,13 +166,20 @@ static int start_record(struct tree *t, struct put *p)
 			p->key[64] = '\0';
 		}
 	}
-	if (rc == 0) {
+	for (int attempt = 0; rc == 0; attempt++) {
 		struct object *o = object_new(v, p->hash, p->hash_len);
 		rc = o ? publish_begin(t, o, &p->pub) : -ENOMEM;
 		if (o)
 			node_unref(&o->node, 1);
-		if (rc == 0)
-			rc = p->pub->ops->write(t, p->pub, 0, p->head, p->head_len, p->owner);
+		if (rc != -ENOENT || p->ver || attempt == 2)
+			break;
+		/* The key-only version was collected (ttl=) meanwhile: a new one. */
+		node_unref(&v->node, 1);
+		v = NULL;
+		rc = version_keyonly(t, &v);
+	}
+	if (rc == 0) {
+		rc = p->pub->ops->write(t, p->pub, 0, p->head, p->head_len, p->owner);
 		if (rc > 0) {
 			p->fed = p->head_len;
 			rc = 0;

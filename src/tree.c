@@ -626,14 +626,19 @@ int tree_create(struct tree *t, struct node *parent, const char *name, int flags
 		pthread_mutex_unlock(&t->lock);
 		if (held && (flags & O_EXCL))
 			return -EEXIST;
-		int rc = version_keyonly(t, &v);
-		if (rc < 0)
-			return rc;
-		o = object_new(v, hash, len);
-		node_unref(&v->node, 1);
-		if (!o)
-			return -ENOMEM;
-		return begin_publish(t, o, &o->keynode, e, h, r);
+		for (int attempt = 0;; attempt++) {
+			int rc = version_keyonly(t, &v);
+			if (rc < 0)
+				return rc;
+			o = object_new(v, hash, len);
+			node_unref(&v->node, 1);
+			if (!o)
+				return -ENOMEM;
+			rc = begin_publish(t, o, &o->keynode, e, h, r);
+			/* ENOENT: the key-only version was collected meanwhile. */
+			if (rc != -ENOENT || attempt == 2)
+				return rc;
+		}
 	}
 	if (parent->type != NODE_VERSION)
 		return -EPERM; /* only R3 objects are files one can create */
