@@ -29,6 +29,9 @@ struct tree {
 	struct store store;
 	struct metrics metrics;
 	pthread_mutex_t lock;
+	/* Held across a commit's existence check, link and indexing, and
+	 * across a removal: a key is held by one object (taken before lock). */
+	pthread_mutex_t commit_lock;
 	struct index idx;
 	uint64_t objects;         /* committed objects, all versions */
 	uint64_t bytes_used;      /* committed bytes, all versions */

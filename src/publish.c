@@ -35,9 +35,6 @@ struct publish {
 	 * comparison made then (0 identical, -EEXIST different). */
 	bool onto_existing;
 	int existing_result;
-	/* The key is held by an object that has only a key (published through
-	 * .keys/): an identical publish by path gives it this name. */
-	struct object *adopt;        /* referenced */
 	bool fetched;                /* the bytes came from the cluster: not written back */
 	bool checked;                /* the payload hashed to payload_sha256 */
 	uint64_t reserved;           /* bytes of t->bytes_reserved held: those received */
@@ -118,6 +115,13 @@ static struct object *existing(struct tree *t, struct publish *u)
 	return o;
 }
 
+/* old has only a key and this publish gives a name: identical content
+ * moves old to that name at commit instead of storing a second copy. */
+static bool adoptable(const struct publish *u, const struct object *old)
+{
+	return old->ver->keyonly && !u->ver->keyonly;
+}
+
 /* The key already holds an object: identical content is 0, different
  * content -EEXIST (logged with both checksums). */
 static int compare_existing(struct tree *t, struct publish *u, struct object *o)
@@ -125,6 +129,8 @@ static int compare_existing(struct tree *t, struct publish *u, struct object *o)
 	struct envelope old;
 	int rc = object_read_meta(t, o->ver, o->hash, o->hash_len, &old);
 
+	if (rc == -ENOENT)
+		return rc; /* removed meanwhile */
 	if (rc < 0) {
 		int res = resource_errno(rc);
 		log_warn("publish %s/%s: the key's stored object is unreadable (%s); publish refused",
@@ -247,17 +253,18 @@ static int accept_header(struct tree *t, struct publish *u)
 	if (sha256_begin(&u->sha) < 0)
 		return fail(t, u, -ENOMEM, "out of memory");
 	struct object *old = existing(t, u);
-	if (old) {
+	if (old && !adoptable(u, old)) {
 		/* Decided now, against what is stored; the payload only has to
 		 * hash to what the header says. Needs no room, stores nothing. */
-		u->onto_existing = true;
-		u->existing_result = compare_existing(t, u, old);
-		if (u->existing_result == 0 && old->ver->keyonly && !u->ver->keyonly)
-			u->adopt = old;
-		else
-			node_unref(&old->node, 1);
-		return 0;
-	}
+		int rc = compare_existing(t, u, old);
+		node_unref(&old->node, 1);
+		if (rc != -ENOENT) { /* else removed meanwhile: a new object */
+			u->onto_existing = true;
+			u->existing_result = rc;
+			return 0;
+		}
+	} else if (old)
+		node_unref(&old->node, 1); /* its bytes are stored: it may go before commit */
 	/* Refused at once when the whole object cannot fit now. */
 	if (make_room(t, u, u->total, false) < 0)
 		return no_space(t, u);
@@ -392,27 +399,32 @@ static int publish_write(struct tree *t, struct handle *h, uint64_t off, const v
 
 /* An identical publish by path of an object that had only a key: the
  * object moves to its name (one file, one charge), and is then reachable
- * under both. */
-static int adopt(struct tree *t, struct publish *u)
+ * under both. Under t->commit_lock. 1 when old went meanwhile (then this
+ * publish's own bytes are committed instead). */
+static int adopt(struct tree *t, struct publish *u, struct object *old)
 {
-	struct object *old = u->adopt, *o = u->obj;
+	struct object *o = u->obj;
 	char from[ARTFS_HASH_HEX_MAX + 1];
+	uint64_t bytes = atomic_load(&old->file_size);
 	int rc;
 
-	u->adopt = NULL;
 	object_name(old, from);
-	node_ref(&o->node);
 	memcpy(o->key, old->key, 32);
 	o->keyed = true;
-	atomic_store(&o->file_size, atomic_load(&old->file_size));
+	atomic_store(&o->file_size, bytes);
 	atomic_store(&o->npy_size, atomic_load(&old->npy_size));
 	pthread_mutex_lock(&t->lock);
 	if (old->state != OBJECT_COMMITTED) {
-		rc = -EAGAIN; /* removed meanwhile */
-	} else if (renameat(old->ver->dirfd, from, u->ver->dirfd, u->name) < 0) {
+		pthread_mutex_unlock(&t->lock);
+		return 1; /* collected meanwhile */
+	}
+	if (renameat(old->ver->dirfd, from, u->ver->dirfd, u->name) < 0)
 		rc = -errno;
-	} else {
-		uint64_t bytes = atomic_load(&o->file_size);
+	else {
+		if (u->pending) { /* both tables chain through o->next: out of this one first */
+			index_pending_remove(&t->idx, u->ver, o);
+			u->pending = false;
+		}
 		index_object_remove(&t->idx, old->ver, old);
 		old->ver->bytes -= bytes;
 		rc = index_object_insert(&t->idx, u->ver, o);
@@ -423,15 +435,7 @@ static int adopt(struct tree *t, struct publish *u)
 			t->bytes_used -= bytes;
 		}
 	}
-	if (u->pending) {
-		index_pending_remove(&t->idx, u->ver, u->obj);
-		u->pending = false;
-	}
 	pthread_mutex_unlock(&t->lock);
-	node_unref(&old->node, 1);
-	node_unref(&o->node, 1);
-	if (rc == -EAGAIN)
-		return count_existing(t, -EIO);
 	if (rc < 0)
 		return fail(t, u, rc == -ENOMEM ? rc : -EIO, "cannot give a key-only object its name");
 	counter_inc(&t->metrics.republish_identical);
@@ -473,26 +477,43 @@ static int put_remote(struct tree *t, struct publish *u)
 	return rc < 0 ? remote_refused(t, u, rc) : 0;
 }
 
-/* Links the verified file into place and indexes it. */
+static int commit_locked(struct tree *t, struct publish *u);
+
+/* Links the verified file into place and indexes it (or finds the key
+ * held: identical 0, different EEXIST). */
 static int commit(struct tree *t, struct publish *u)
+{
+	if (u->onto_existing)
+		return count_existing(t, u->existing_result);
+	if (t->remote && !u->fetched) {
+		int rc = put_remote(t, u);
+		if (rc < 0)
+			return rc;
+	}
+	/* One commit at a time (and no removal between its check and its
+	 * link): a key is held by one object, in one file. */
+	pthread_mutex_lock(&t->commit_lock);
+	int rc = commit_locked(t, u);
+	pthread_mutex_unlock(&t->commit_lock);
+	return rc;
+}
+
+static int commit_locked(struct tree *t, struct publish *u)
 {
 	struct stat st;
 	uint64_t npy_size;
 	int rc;
 
-	if (u->adopt)
-		return adopt(t, u);
-	if (u->onto_existing)
-		return count_existing(t, u->existing_result);
-	struct object *old = existing(t, u); /* a concurrent publish of the same key won */
+	struct object *old = existing(t, u);
 	if (old) {
 		rc = compare_existing(t, u, old);
+		bool adopting = rc == 0 && adoptable(u, old);
+		if (adopting)
+			rc = adopt(t, u, old); /* counts itself; 1: old went, commit ours */
 		node_unref(&old->node, 1);
-		return count_existing(t, rc);
-	}
-	if (t->remote && !u->fetched) {
-		rc = put_remote(t, u);
-		if (rc < 0)
+		if (!adopting) /* in the index but not in the store: damaged */
+			return count_existing(t, rc == -ENOENT ? -EIO : rc);
+		if (rc <= 0)
 			return rc;
 	}
 	npy_file_size(&u->env.array, &npy_size);
@@ -676,8 +697,6 @@ static void publish_release(struct tree *t, struct handle *h)
 		reject(t, u, ENVELOPE_TRUNCATED, d);
 	}
 	drop_data(t, u);
-	if (u->adopt)
-		node_unref(&u->adopt->node, 1);
 	pthread_mutex_lock(&t->lock);
 	if (u->pending)
 		index_pending_remove(&t->idx, u->ver, u->obj);

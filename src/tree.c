@@ -39,6 +39,7 @@ int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen
 	t->cfg = cfg;
 	t->started = clock_now();
 	pthread_mutex_init(&t->lock, NULL);
+	pthread_mutex_init(&t->commit_lock, NULL);
 	pthread_mutex_init(&t->weights_mu, NULL);
 	pthread_cond_init(&t->weights_cv, NULL);
 	pthread_cond_init(&t->sized_cv, NULL);
@@ -88,6 +89,7 @@ void tree_close(struct tree *t)
 	if (t->store.path)
 		store_close(&t->store);
 	pthread_mutex_destroy(&t->lock);
+	pthread_mutex_destroy(&t->commit_lock);
 	pthread_mutex_destroy(&t->weights_mu);
 	pthread_cond_destroy(&t->weights_cv);
 	pthread_cond_destroy(&t->sized_cv);
@@ -502,6 +504,7 @@ static int remove_object(struct tree *t, struct version *v, const uint8_t *hash,
 	int rc = 0;
 	uint64_t bytes = 0;
 
+	pthread_mutex_lock(&t->commit_lock);
 	pthread_mutex_lock(&t->lock);
 	struct object *o = v ? index_object_find(&t->idx, v, hash, len) : index_key_find(&t->idx, key);
 	if (!o)
@@ -526,6 +529,7 @@ static int remove_object(struct tree *t, struct version *v, const uint8_t *hash,
 		}
 	}
 	pthread_mutex_unlock(&t->lock);
+	pthread_mutex_unlock(&t->commit_lock);
 	if (rc == 0) {
 		counter_inc(&t->metrics.unlinks);
 		log_debug("unlink %s/%s: object removed (%llu bytes)", v->name, name,
