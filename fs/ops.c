@@ -121,7 +121,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct job j = { .run = run_lookup, .req = req, .n = node_of(req, parent), .data = name,
 			 .size = strlen(name) + 1 };
 
-	run_or_defer(tree_lookup_quick(tree_of(req)), &j);
+	run_or_defer(tree_name_quick(tree_of(req), j.n), &j);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -186,9 +186,17 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fuse_reply_err(req, -tree_rmdir(tree_of(req), node_of(req, parent), name));
 }
 
+static void run_unlink(struct job *j)
+{
+	fuse_reply_err(j->req, -tree_unlink(tree_of(j->req), j->n, j->data));
+}
+
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	fuse_reply_err(req, -tree_unlink(tree_of(req), node_of(req, parent), name));
+	struct job j = { .run = run_unlink, .req = req, .n = node_of(req, parent), .data = name,
+			 .size = strlen(name) + 1 };
+
+	run_or_defer(tree_name_quick(tree_of(req), j.n), &j);
 }
 
 static void op_refuse(fuse_req_t req)
@@ -217,28 +225,34 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	op_refuse(req); /* a key includes its path: names are not movable */
 }
 
-static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-		      struct fuse_file_info *fi)
+static void run_create(struct job *j)
 {
-	struct tree *t = tree_of(req);
+	struct tree *t = tree_of(j->req);
 	struct tree_entry e;
 	struct open_reply r = { 0 };
 	struct handle *h = NULL;
 	struct fuse_entry_param p;
-	int rc = tree_create(t, node_of(req, parent), name, fi->flags, &e, &h, &r);
+	int rc = tree_create(t, j->n, j->data, j->fi.flags, &e, &h, &r);
 
-	if (rc < 0) {
-		if (h)
-			tree_release(t, h);
-		fuse_reply_err(req, -rc);
+	if (rc < 0) { /* tree_create released what it made */
+		fuse_reply_err(j->req, -rc);
 		return;
 	}
-	set_open_flags(fi, h, &r);
-	fill_entry(req, &e, &p);
-	if (fuse_reply_create(req, &p, fi) != 0) {
+	set_open_flags(&j->fi, h, &r);
+	fill_entry(j->req, &e, &p);
+	if (fuse_reply_create(j->req, &p, &j->fi) != 0) {
 		tree_release(t, h);
 		tree_forget(t, e.node, 1);
 	}
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	struct job j = { .run = run_create, .req = req, .n = node_of(req, parent), .fi = *fi,
+			 .data = name, .size = strlen(name) + 1 };
+
+	run_or_defer(tree_name_quick(tree_of(req), j.n), &j);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -313,9 +327,18 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	run_or_defer(tree_flush_quick(tree_of(req), j.h), &j);
 }
 
+static void run_fsync(struct job *j)
+{
+	fuse_reply_err(j->req, -tree_fsync(tree_of(j->req), j->h));
+}
+
+/* fsync commits what close would (a publish, a batch, a GPU publish): as
+ * slow as a flush, so deferred by the same test. */
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	fuse_reply_err(req, -tree_fsync(tree_of(req), handle_of(fi)));
+	struct job j = { .run = run_fsync, .req = req, .h = handle_of(fi) };
+
+	run_or_defer(tree_flush_quick(tree_of(req), j.h), &j);
 }
 
 static void run_release(struct job *j)

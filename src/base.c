@@ -223,7 +223,6 @@ int request_text_append(struct tree *t, struct request_text *rt, uint64_t off, c
 			transaction_memory_give(t, cap - rt->cap);
 			return -ENOMEM;
 		}
-		rt->held += cap - rt->cap;
 		rt->text = grown;
 		rt->cap = cap;
 	}
@@ -234,7 +233,7 @@ int request_text_append(struct tree *t, struct request_text *rt, uint64_t off, c
 
 void request_text_free(struct tree *t, struct request_text *rt)
 {
-	transaction_memory_give(t, rt->held);
+	transaction_memory_give(t, rt->cap);
 	free(rt->text);
 	memset(rt, 0, sizeof(*rt));
 }

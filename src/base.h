@@ -59,7 +59,7 @@ struct tree {
 	unsigned loads_running;
 	/* Objects found at start are sized in the background (scan.c): until
 	 * then bytes_used is short and publishes wait on sized_cv. */
-	bool sizing;
+	_Atomic bool sizing;       /* read without the lock as a hint */
 	bool sizing_stop;
 	pthread_cond_t sized_cv;
 	struct sizer *sizer;
@@ -168,7 +168,7 @@ void transaction_memory_give(struct tree *t, uint64_t len);
  * keys of a .get), grown as it comes and charged to materialize_max=. */
 struct request_text {
 	char *text;
-	size_t len, cap, held;
+	size_t len, cap;    /* cap bytes are charged to materialize_max= */
 };
 
 /* Appends a write at off: len, or -EINVAL (not at the end), -EFBIG (past

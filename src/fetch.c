@@ -122,8 +122,9 @@ int fetch_objects(struct tree *t, struct fetch_item *items, size_t n)
 			     .keys = keys, .n = n };
 	run_caching(&c);
 	for (size_t i = 0; i < n; i++) {
-		if (items[i].result && !first)
-			first = items[i].result;
+		int r = items[i].result;
+		if (r && (!first || (first == -ENOENT && r != -ENOENT)))
+			first = r;
 		free(vals[i]);
 	}
 	return first;

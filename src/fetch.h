@@ -18,7 +18,8 @@ struct fetch_item {
 };
 
 /* Fetches n items in one pipelined round per cluster node. Returns the
- * first non-zero result, or 0. -ENOENT for all when there is no cluster. */
+ * first result other than 0 and -ENOENT, else -ENOENT when one is absent,
+ * else 0. -ENOENT for all when there is no cluster. */
 int fetch_objects(struct tree *t, struct fetch_item *items, size_t n);
 
 #endif

@@ -129,11 +129,6 @@ static int fetch_misses(struct tree *t, uint8_t (*keys)[32], struct wanted *w, s
 		if (!w[i].o)
 			items[k++] = (struct fetch_item){ .ver = kv, .hash = keys[i], .hash_len = 32 };
 	rc = fetch_objects(t, items, k);
-	for (size_t i = 0; i < k; i++)
-		if (items[i].result && items[i].result != -ENOENT) {
-			rc = items[i].result; /* unreachable, or a value that fails: not ENOENT */
-			break;
-		}
 	free(items);
 	node_unref(&kv->node, 1);
 	return rc == -ENOENT ? 0 : rc;

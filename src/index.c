@@ -99,7 +99,7 @@ static void object_free(struct object *o)
 	node_unref(&v->node, 1);
 }
 
-static void (*weights_free_hook)(struct node *n);
+static void (*_Atomic weights_free_hook)(struct node *n); /* set from any load */
 
 void index_set_weights_free(void (*fn)(struct node *n))
 {

@@ -345,12 +345,9 @@ static int fetch_misses(struct tree *t, struct mat *m, const struct materialize_
 		if (!seen[i].o)
 			items[k++] = (struct fetch_item){ .ver = m->ver, .hash = req->blocks[i].hash,
 							  .hash_len = req->blocks[i].len };
-	fetch_objects(t, items, k);
-	for (size_t i = 0; i < k && !rc; i++)
-		if (items[i].result && items[i].result != -ENOENT)
-			rc = items[i].result;
+	rc = fetch_objects(t, items, k);
 	free(items);
-	return rc;
+	return rc == -ENOENT ? 0 : rc; /* absence is said by the lookup after */
 }
 
 /* Resolves every name (ENOENT for the first missing one); fills which with

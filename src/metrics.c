@@ -62,18 +62,21 @@ const struct metric_def metric_defs[METRIC_COUNT] = {
 		COUNTER(materialize_refused) },
 };
 
+/* Their values come from struct metrics_version (version_value), not a field. */
+#define PER_VERSION true, 0
 const struct metric_def metric_version_defs[METRIC_VERSION_COUNT] = {
 	[METRIC_VERSION_OBJECTS] = { "artfs_version_objects",
-		"Committed objects of one weight version.", GAUGE(objects) },
+		"Committed objects of one weight version.", PER_VERSION },
 	[METRIC_VERSION_BYTES] = { "artfs_version_bytes", "Committed bytes of one weight version.",
-		GAUGE(bytes_used) },
+		PER_VERSION },
 	[METRIC_VERSION_IDLE] = { "artfs_version_idle_seconds",
-		"Seconds since a publish or read in one weight version.", GAUGE(objects) },
+		"Seconds since a publish or read in one weight version.", PER_VERSION },
 	[METRIC_VERSION_OPEN] = { "artfs_version_open_files",
-		"Open files under one weight version.", GAUGE(objects) },
+		"Open files under one weight version.", PER_VERSION },
 };
 #undef COUNTER
 #undef GAUGE
+#undef PER_VERSION
 
 static uint64_t value_of(const struct metric_def *d, const struct metrics *m,
 			 const struct metrics_gauges *g)

@@ -275,9 +275,9 @@ int object_open(struct tree *t, struct object *o, struct handle **h, struct open
 	struct stat st;
 
 	object_name(o, name);
-	int fd = store_object_open(o->ver->dirfd, name);
+	int fd = open_stored(t, o->ver, name);
 	if (fd < 0)
-		return fd == -ENOENT || resource_error(fd) ? fd : corrupt(t, o->ver, name, store_open_error(fd));
+		return fd;
 	if (fstat(fd, &st) < 0) {
 		close(fd);
 		return corrupt(t, o->ver, name, strerror(errno));

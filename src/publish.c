@@ -406,9 +406,12 @@ static int adopt(struct tree *t, struct publish *u, struct object *old)
 	struct object *o = u->obj;
 	char from[ARTFS_HASH_HEX_MAX + 1];
 	uint64_t bytes = atomic_load(&old->file_size);
+	bool forget = false;
 	int rc;
 
 	object_name(old, from);
+	if (bytes == OBJECT_SIZE_UNKNOWN && object_envelope_size(t, old, &bytes) < 0)
+		return 1; /* gone from the store: commit this publish's own bytes */
 	memcpy(o->key, old->key, 32);
 	o->keyed = true;
 	atomic_store(&o->file_size, bytes);
@@ -418,9 +421,16 @@ static int adopt(struct tree *t, struct publish *u, struct object *old)
 		pthread_mutex_unlock(&t->lock);
 		return 1; /* collected meanwhile */
 	}
+	if (atomic_load(&old->file_size) == OBJECT_SIZE_UNKNOWN) {
+		/* found at a restart, not counted yet (as remove_object does) */
+		atomic_store(&old->file_size, bytes);
+		t->bytes_used += bytes;
+		old->ver->bytes += bytes;
+	}
 	if (renameat(old->ver->dirfd, from, u->ver->dirfd, u->name) < 0)
 		rc = -errno;
 	else {
+		forget = !u->pending;
 		if (u->pending) { /* both tables chain through o->next: out of this one first */
 			index_pending_remove(&t->idx, u->ver, o);
 			u->pending = false;
@@ -436,6 +446,8 @@ static int adopt(struct tree *t, struct publish *u, struct object *old)
 		}
 	}
 	pthread_mutex_unlock(&t->lock);
+	if (rc == 0 && forget) /* a lookup may have cached the name's absence */
+		expiry_forget(t, node_id(t, &u->ver->node), u->name);
 	if (rc < 0)
 		return fail(t, u, rc == -ENOMEM ? rc : -EIO, "cannot give a key-only object its name");
 	counter_inc(&t->metrics.republish_identical);
@@ -607,8 +619,7 @@ static int publish_finish(struct tree *t, struct handle *h)
 	return rc;
 }
 
-int publish_prepare(struct tree *t, struct handle *h, uint8_t **buf, size_t *len,
-		    char key_hex[65])
+int publish_prepare(struct tree *t, struct handle *h, uint8_t **buf, size_t *len)
 {
 	struct publish *u = (struct publish *)h;
 	int rc;
@@ -625,11 +636,8 @@ int publish_prepare(struct tree *t, struct handle *h, uint8_t **buf, size_t *len
 			free(*buf);
 			*buf = NULL;
 			rc = fail(t, u, -EIO, "cannot read back its temporary file");
-		} else {
+		} else
 			*len = u->total;
-			memcpy(key_hex, u->key + sizeof(ARTFS_KEY_PREFIX) - 1, 64);
-			key_hex[64] = '\0';
-		}
 	}
 	pthread_mutex_unlock(&u->mu);
 	return rc;

@@ -17,11 +17,10 @@
 int publish_begin(struct tree *t, struct object *obj, struct handle **h);
 
 /* Batches with remote=: checks a publish whose bytes are all in without
- * committing it. 0 with *buf (malloc'd, *len bytes) and key_hex when it
+ * committing it. 0 with *buf (malloc'd, *len bytes) when it
  * must go to the cluster; 0 with *buf NULL when it needs no cluster write
  * (a key held here already); else the publish's errno. */
-int publish_prepare(struct tree *t, struct handle *h, uint8_t **buf, size_t *len,
-		    char key_hex[65]);
+int publish_prepare(struct tree *t, struct handle *h, uint8_t **buf, size_t *len);
 /* What the cluster said of a prepared publish: 0 lets its fsync commit it
  * here only; an errno makes that its outcome (nothing committed). */
 void publish_remote_result(struct tree *t, struct handle *h, int rc);

@@ -210,8 +210,7 @@ static int flush_pending(struct tree *t, struct put *p)
 	if (!n)
 		return 0;
 	for (size_t i = 0; i < n; i++) {
-		char hex[65];
-		prep[i] = publish_prepare(t, p->pending[i].pub, &bufs[i], &lens[i], hex);
+		prep[i] = publish_prepare(t, p->pending[i].pub, &bufs[i], &lens[i]);
 		if (prep[i] == 0 && bufs[i]) {
 			keys[k] = p->pending[i].key;
 			vals[k] = bufs[i];

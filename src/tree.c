@@ -600,6 +600,7 @@ static int begin_publish(struct tree *t, struct object *o, struct node *shown,
 	if (rc < 0) {
 		publish_discard(*h);
 		handle_put(t, *h);
+		*h = NULL;
 		return rc;
 	}
 	handle_register(*h);
@@ -804,9 +805,9 @@ bool tree_release_quick(struct tree *t, struct handle *h)
 	return !h->ops->release_slow;
 }
 
-bool tree_lookup_quick(struct tree *t)
+bool tree_name_quick(struct tree *t, struct node *parent)
 {
-	return !t->remote;
+	return !t->remote && !(parent == &t->keys_dir && t->sizing);
 }
 
 bool tree_opendir_quick(struct tree *t, struct node *n)

@@ -70,8 +70,9 @@ bool tree_read_quick(struct tree *t, struct handle *h);
 bool tree_write_quick(struct tree *t, struct handle *h, size_t len);
 bool tree_flush_quick(struct tree *t, struct handle *h);
 bool tree_opendir_quick(struct tree *t, struct node *n);
-/* A lookup may ask the cluster (remote=): then it goes to a worker. */
-bool tree_lookup_quick(struct tree *t);
+/* A lookup, create or unlink of a name in parent may ask the cluster
+ * (remote=) or wait for the start-up count (.keys): then it goes to a worker. */
+bool tree_name_quick(struct tree *t, struct node *parent);
 bool tree_release_quick(struct tree *t, struct handle *h);
 
 /* poll(): the events an open file reports. rank<k> never becomes ready, so

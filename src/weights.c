@@ -1048,10 +1048,10 @@ static int publish_write(struct tree *t, struct handle *h, uint64_t off, const v
 	struct publish_handle *ph = (struct publish_handle *)h;
 	int rc = (int)len;
 
-	(void)t, (void)off, (void)owner;
+	(void)t, (void)owner;
 	pthread_mutex_lock(&ph->mu);
-	if (ph->done)
-		rc = -EINVAL; /* one blob per open */
+	if (ph->done || off != ph->len)
+		rc = -EINVAL; /* one blob per open, written in order */
 	else if (len > WBLOB_BYTES_MAX - ph->len) {
 		ph->too_long = true;
 		rc = -EFBIG;
@@ -1088,21 +1088,16 @@ static int plan_publish(const struct wblob *b, struct gpu_piece *pieces, struct 
 			size_t *ncopies, uint64_t *slab_size, uint64_t *bytes)
 {
 	size_t n = b->ntensors;
-	size_t *order = malloc(n * sizeof(*order));
 	struct gpu_copy *c = malloc(n * sizeof(*c));
 
-	if (!order || !c) {
-		free(order);
-		free(c);
+	if (!c)
 		return -ENOMEM;
-	}
 	/* tied: a simple hash of (handle, offset, size) over an open table */
 	size_t cap = 1;
 	while (cap < 2 * n)
 		cap *= 2;
 	size_t *tab = malloc(cap * sizeof(*tab));
 	if (!tab) {
-		free(order);
 		free(c);
 		return -ENOMEM;
 	}
@@ -1136,7 +1131,6 @@ static int plan_publish(const struct wblob *b, struct gpu_piece *pieces, struct 
 		*bytes += x->t.size;
 	}
 	free(tab);
-	free(order);
 	*copies = c;
 	*slab_size = align_up(at ? at : 1, ARTFS_SLAB_ALIGN);
 	return 0;

@@ -331,3 +331,58 @@ def test_readers_see_no_error_while_slots_move(nodes, cluster):
     assert m["artfs_remote_errors_total"] == 0
     # B learnt the slot map before the move: it was redirected, and said nothing.
     assert sum(v for k, v in m.items() if k.startswith("artfs_remote_redirects_total")) > 0, m
+
+
+def _remote_reader(mnt, wv, hashes, seed, q):
+    import random
+    rng = random.Random(seed)
+    wrong = errors = 0
+    order = list(range(len(hashes)))
+    rng.shuffle(order)
+    for i in order:
+        h = hashes[i]
+        try:
+            if i % 3 == 0:  # by key, as the envelope
+                got = read_result(os.path.join(mnt, ".keys", key_hex(wv, h)))
+                wrong += got != encode(wv, h, routed_experts(2, seed=i))
+            else:
+                got = read_result(os.path.join(mnt, wv, h))
+                wrong += got != npy_bytes(routed_experts(2, seed=i))
+        except OSError:
+            errors += 1
+    fd = os.open(os.path.join(mnt, ".keys", ".get"), os.O_RDWR)
+    pick = rng.sample(range(len(hashes)), 20)
+    os.write(fd, "".join(key_hex(wv, hashes[i]) + "\n" for i in pick).encode())
+    got = os.pread(fd, 1 << 20, 0)
+    os.close(fd)
+    wrong += got != b"".join(encode(wv, hashes[i], routed_experts(2, seed=i)) for i in pick)
+    q.put((wrong, errors))
+
+
+def test_many_readers_fetch_the_same_misses_at_once(nodes):
+    """Six processes on B read, by name and by key, and .get the same objects
+    that only A holds: each miss is fetched, checked and cached by several
+    requests at once (by name and as key-only objects gaining their name)."""
+    import multiprocessing
+    a, b = nodes("a"), nodes("b")
+    os.makedirs(a.path(WV), exist_ok=True)
+    hashes = ["%04x" % i + "c4" * 6 for i in range(120)]
+    fd = os.open(a.path(WV, ".put"), os.O_RDWR)
+    os.write(fd, b"".join(h.encode() + b"\n" + encode(WV, h, routed_experts(2, seed=i))
+                          for i, h in enumerate(hashes)))
+    os.fsync(fd)
+    os.close(fd)
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_remote_reader, args=(b.mountpoint, WV, hashes, s, q))
+             for s in range(6)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    assert results == [(0, 0)] * 6, results
+    # One object per key on B, each once in the store.
+    assert b.metrics()["artfs_objects"] == len(hashes)
+    files = sum(len(f) for _, _, f in os.walk(os.path.join(b.store, "v")))
+    assert files == len(hashes)
