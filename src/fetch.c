@@ -14,9 +14,10 @@
 #include "remote.h"
 
 /* Commits a fetched value through the publish path (every check of a
- * publish), marked so that it is not written back. */
+ * publish), marked so that it is not written back. *same: the object here
+ * now holds exactly these bytes (not a different one published meanwhile). */
 static int cache(struct tree *t, struct fetch_item *it, const uint8_t *val, size_t len,
-		 const char *key)
+		 const char *key, bool *same)
 {
 	struct handle *h;
 	struct object *o = object_new(it->ver, it->hash, it->hash_len);
@@ -33,6 +34,7 @@ static int cache(struct tree *t, struct fetch_item *it, const uint8_t *val, size
 	if (w < 0 && rc == 0)
 		rc = w;
 	handle_put(t, h);
+	*same = rc == 0;
 	if (rc == -EEXIST)
 		rc = 0; /* published here meanwhile: the local object answers */
 	else if (rc == -EBADMSG || rc == -EFBIG) {
@@ -61,12 +63,19 @@ static void *cache_worker(void *arg)
 		size_t i = atomic_fetch_add(&c->next, 1);
 		if (i >= c->n)
 			return NULL;
+		struct fetch_item *it = &c->items[i];
 		int rc = c->results[i];
+		bool same = false;
 		if (rc == 0)
-			rc = cache(c->t, &c->items[i], c->vals[i], c->lens[i], c->keys[i]);
+			rc = cache(c->t, it, c->vals[i], c->lens[i], c->keys[i], &same);
 		else if (rc != -ENOENT)
 			rc = -EIO;
-		c->items[i].result = rc;
+		it->result = rc;
+		if (same && it->keep) {
+			it->value = c->vals[i];
+			it->value_len = c->lens[i];
+			c->vals[i] = NULL;
+		}
 	}
 }
 

@@ -12,9 +12,15 @@ struct fetch_item {
 	struct version *ver;
 	const uint8_t *hash;
 	size_t hash_len;
+	bool keep;    /* hand the value back (below) when it is what is now
+		       * committed here, so the caller serves it without reading
+		       * the store again */
 	int result;   /* 0: now committed here; -ENOENT: absent everywhere;
 		       * -EIO: unreachable, or a value that fails validation
 		       * (never cached); -ENOSPC: no room here to cache it */
+	uint8_t *value;    /* keep: the envelope, validated and committed (the
+			    * caller frees it), or NULL */
+	size_t value_len;
 };
 
 /* Fetches n items in one pipelined round per cluster node. Returns the

@@ -29,6 +29,9 @@ struct get {
 struct wanted {
 	struct object *o;         /* referenced */
 	uint64_t size, at;
+	uint8_t *fetched;         /* its envelope as just fetched from the cluster
+				   * and committed here, or NULL */
+	size_t fetched_len;
 };
 
 static int fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -127,8 +130,15 @@ static int fetch_misses(struct tree *t, uint8_t (*keys)[32], struct wanted *w, s
 	}
 	for (size_t i = 0; i < n; i++)
 		if (!w[i].o)
-			items[k++] = (struct fetch_item){ .ver = kv, .hash = keys[i], .hash_len = 32 };
+			items[k++] = (struct fetch_item){ .ver = kv, .hash = keys[i], .hash_len = 32,
+							  .keep = true };
 	rc = fetch_objects(t, items, k);
+	k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!w[i].o) {
+			w[i].fetched = items[k].value;
+			w[i].fetched_len = items[k++].value_len;
+		}
 	free(items);
 	node_unref(&kv->node, 1);
 	return rc == -ENOENT ? 0 : rc;
@@ -173,7 +183,10 @@ static int run(struct tree *t, struct get *g)
 		goto out;
 	}
 	for (size_t i = 0; i < n && rc == 0; i++) {
-		rc = object_envelope_size(t, w[i].o, &w[i].size);
+		if (w[i].fetched)
+			w[i].size = w[i].fetched_len;
+		else
+			rc = object_envelope_size(t, w[i].o, &w[i].size);
 		w[i].at = total;
 		total += w[i].size;
 	}
@@ -200,6 +213,12 @@ static int run(struct tree *t, struct get *g)
 	/* Every object verified before the first byte: ENOENT, then EIO. */
 	int first = 0;
 	for (size_t i = 0; i < n; i++) {
+		if (w[i].fetched) {
+			/* validated and committed as it arrived: served from
+			 * those bytes, not read back from the file just written */
+			memcpy(g->out + w[i].at, w[i].fetched, w[i].fetched_len);
+			continue;
+		}
 		int e = object_load_envelope(t, w[i].o->ver, w[i].o->hash, w[i].o->hash_len,
 					     g->out + w[i].at, (size_t)w[i].size);
 		if (e && (!first || (e == -ENOENT && first != -ENOENT)))
@@ -216,9 +235,11 @@ static int run(struct tree *t, struct get *g)
 	for (size_t i = 0; i < n; i++)
 		version_touch(w[i].o->ver);
 out:
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		if (w[i].o)
 			node_unref(&w[i].o->node, 1);
+		free(w[i].fetched);
+	}
 	free(w);
 	free(keys);
 	return rc;
