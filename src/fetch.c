@@ -1,8 +1,6 @@
 #include "autoconf.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -10,6 +8,7 @@
 #include "cleanup.h"
 #include "fetch.h"
 #include "log.h"
+#include "parallel.h"
 #include "publish.h"
 #include "remote.h"
 
@@ -51,52 +50,25 @@ struct caching {
 	size_t *lens;
 	int *results;
 	char (*keys)[ARTFS_KEY_LEN + 1];
-	size_t n;
-	_Atomic size_t next;
 };
 
-static void *cache_worker(void *arg)
+static void cache_one(void *ctx, size_t i)
 {
-	struct caching *c = arg;
+	struct caching *c = ctx;
+	struct fetch_item *it = &c->items[i];
+	int rc = c->results[i];
+	bool same = false;
 
-	for (;;) {
-		size_t i = atomic_fetch_add(&c->next, 1);
-		if (i >= c->n)
-			return NULL;
-		struct fetch_item *it = &c->items[i];
-		int rc = c->results[i];
-		bool same = false;
-		if (rc == 0)
-			rc = cache(c->t, it, c->vals[i], c->lens[i], c->keys[i], &same);
-		else if (rc != -ENOENT)
-			rc = -EIO;
-		it->result = rc;
-		if (same && it->keep) {
-			it->value = c->vals[i];
-			it->value_len = c->lens[i];
-			c->vals[i] = NULL;
-		}
+	if (rc == 0)
+		rc = cache(c->t, it, c->vals[i], c->lens[i], c->keys[i], &same);
+	else if (rc != -ENOENT)
+		rc = -EIO;
+	it->result = rc;
+	if (same && it->keep) {
+		it->value = c->vals[i];
+		it->value_len = c->lens[i];
+		c->vals[i] = NULL;
 	}
-}
-
-static void run_caching(struct caching *c)
-{
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	size_t want = c->n / 32 + 1;
-	pthread_t threads[7];
-	size_t started = 0;
-
-	if (want > 8)
-		want = 8;
-	if (cpus > 0 && want > (size_t)cpus)
-		want = (size_t)cpus;
-	atomic_init(&c->next, 0);
-	for (size_t i = 1; i < want; i++)
-		if (pthread_create(&threads[started], NULL, cache_worker, c) == 0)
-			started++;
-	cache_worker(c);
-	for (size_t i = 0; i < started; i++)
-		pthread_join(threads[i], NULL);
 }
 
 int fetch_objects(struct tree *t, struct fetch_item *items, size_t n)
@@ -128,8 +100,8 @@ int fetch_objects(struct tree *t, struct fetch_item *items, size_t n)
 	/* Each value is checked and committed here as a publish: on several
 	 * threads for a batch, since each costs a few file operations. */
 	struct caching c = { .t = t, .items = items, .vals = vals, .lens = lens, .results = results,
-			     .keys = keys, .n = n };
-	run_caching(&c);
+			     .keys = keys };
+	parallel_for(n, 32, PARALLEL_THREADS_MAX, cache_one, &c);
 	for (size_t i = 0; i < n; i++) {
 		int r = items[i].result;
 		if (r && (!first || (first == -ENOENT && r != -ENOENT)))

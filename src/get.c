@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "fetch.h"
+#include "parallel.h"
 #include "get.h"
 #include "key.h"
 #include "log.h"
@@ -32,6 +33,7 @@ struct wanted {
 	uint8_t *fetched;         /* its envelope as just fetched from the cluster
 				   * and committed here, or NULL */
 	size_t fetched_len;
+	int error;                /* of loading it */
 };
 
 static int fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -144,6 +146,29 @@ static int fetch_misses(struct tree *t, uint8_t (*keys)[32], struct wanted *w, s
 	return rc == -ENOENT ? 0 : rc;
 }
 
+struct loading {
+	struct tree *t;
+	struct wanted *w;
+	uint8_t *out;
+};
+
+/* One envelope into its place in the result, checked on the way. */
+static void load_one(void *ctx, size_t i)
+{
+	struct loading *l = ctx;
+	struct wanted *w = &l->w[i];
+
+	if (w->fetched) {
+		/* validated and committed as it arrived: served from those
+		 * bytes, not read back from the file just written */
+		memcpy(l->out + w->at, w->fetched, w->fetched_len);
+		w->error = 0;
+		return;
+	}
+	w->error = object_load_envelope(l->t, w->o->ver, w->o->hash, w->o->hash_len,
+					l->out + w->at, (size_t)w->size);
+}
+
 static void result_free(struct tree *t, struct get *g)
 {
 	if (g->out) {
@@ -211,16 +236,11 @@ static int run(struct tree *t, struct get *g)
 		g->out_map = map;
 	}
 	/* Every object verified before the first byte: ENOENT, then EIO. */
+	struct loading l = { .t = t, .w = w, .out = g->out };
+	parallel_for(n, 16, PARALLEL_THREADS_MAX, load_one, &l);
 	int first = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (w[i].fetched) {
-			/* validated and committed as it arrived: served from
-			 * those bytes, not read back from the file just written */
-			memcpy(g->out + w[i].at, w[i].fetched, w[i].fetched_len);
-			continue;
-		}
-		int e = object_load_envelope(t, w[i].o->ver, w[i].o->hash, w[i].o->hash_len,
-					     g->out + w[i].at, (size_t)w[i].size);
+		int e = w[i].error;
 		if (e && (!first || (e == -ENOENT && first != -ENOENT)))
 			first = e;
 	}

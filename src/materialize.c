@@ -17,6 +17,7 @@
 #include "materialize.h"
 #include "npy.h"
 #include "object.h"
+#include "parallel.h"
 
 struct mat {
 	struct handle h;
@@ -215,7 +216,6 @@ struct job {
 	uint8_t **fetched;       /* per block: its envelope as just fetched from
 				  * the cluster and committed here, or NULL */
 	size_t *fetched_len;
-	_Atomic size_t next;
 };
 
 /* A block fetched from the cluster by this request is served from the bytes
@@ -259,39 +259,19 @@ static int work_one(struct job *j, size_t i)
 	}
 }
 
-static void *work_worker(void *arg)
+static void work_item(void *ctx, size_t k)
 {
-	struct job *j = arg;
+	struct job *j = ctx;
+	size_t i = j->which ? j->which[k] : k;
 
-	for (;;) {
-		size_t k = atomic_fetch_add(&j->next, 1);
-		if (k >= j->count)
-			break;
-		size_t i = j->which ? j->which[k] : k;
-		j->slots[i].error = work_one(j, i);
-	}
-	return NULL;
+	j->slots[i].error = work_one(j, i);
 }
 
 /* Runs one pass of the job on several threads. */
 static void run_pass(struct job *j, enum pass pass)
 {
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	size_t n = j->count / 64 + 1;
-	if (n > 8)
-		n = 8;
-	if (cpus > 0 && n > (size_t)cpus)
-		n = (size_t)cpus;
-	pthread_t threads[8];
-	size_t started = 0;
 	j->pass = pass;
-	atomic_store(&j->next, 0);
-	for (size_t i = 1; i < n; i++)
-		if (pthread_create(&threads[started], NULL, work_worker, j) == 0)
-			started++;
-	work_worker(j);
-	for (size_t i = 0; i < started; i++)
-		pthread_join(threads[i], NULL);
+	parallel_for(j->count, 64, PARALLEL_THREADS_MAX, work_item, j);
 }
 
 static int fail(struct mat *m, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
