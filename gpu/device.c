@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu.h"
+#include "loader.h"
 
 /* The devices do not change while the daemon runs: listed once (each
  * cudaGetDeviceProperties costs a while), then from this copy. */
@@ -41,7 +42,8 @@ int gpu_devices(struct gpu_device *out, int cap, char *err, size_t errlen)
 
 /* Readies every GPU before the first load or publish needs it: its primary
  * context made, peer access enabled between every pair that can (a
- * context takes a tenth of a second or more per GPU). In the background:
+ * context takes a tenth of a second or more per GPU), and the loader's
+ * pinned buffers. In the background:
  * the mount does not wait for it. */
 static pthread_t warm_thread;
 static bool warm_started;
@@ -67,6 +69,8 @@ static void *warmup_main(void *arg)
 			if (cudaDeviceEnablePeerAccess(devs[j].index, 0) != cudaSuccess)
 				cudaGetLastError(); /* already enabled */
 		}
+	if (n > 0 && !warm_stop)
+		loader_pool_fill();
 	return NULL;
 }
 

@@ -1,9 +1,11 @@
 /* The load pipeline: reader threads pread checkpoint chunks into pinned host
  * buffers (several reads in flight), copy each tensor's part to its slab
  * offset with cudaMemcpyAsync. From the page cache or tmpfs one thread
- * copies at a fraction of the host->device rate, so there is one reader per
- * core (up to READERS_MAX), each with its own pinned buffers; the buffers
- * stay pinned between loads (pinning a GiB costs tens of ms). Weights replicated on several GPUs are read
+ * copies at a fraction of the host->device rate, so there are several
+ * readers (readers_for), each with its own pinned buffers; the buffers stay
+ * pinned between loads, and the daemon pins them once it has mounted
+ * (loader_pool_fill), so that even its first load runs at full rate
+ * (pinning them took 0.3 s of the first 8 GiB load). Weights replicated on several GPUs are read
  * into rank 0 only; a broadcaster thread sends each range on to the others
  * over NCCL while the disk is read, so every byte is read from disk once. */
 #include "autoconf.h"
@@ -13,6 +15,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -21,6 +24,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu.h"
+#include "loader.h"
 #include "nccl.h"
 #include "slab.h"
 
@@ -377,12 +381,46 @@ int gpu_alloc(struct gpu_load *l, char *err, size_t errlen)
 	return 0;
 }
 
+/* One reader per core, up to READERS_MAX. Fewer were measured and were not
+ * better: from tmpfs on a 2 x H200 host (32 cores) 16 readers gave 43-44
+ * GB/s on one machine and 34-35 on another, where 32 gave 38-39
+ * (bench/RESULTS). ARTFS_LOAD_READERS sets it, for measuring. */
 static unsigned readers_for(size_t nchunks)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t n = cpus < READERS_MIN ? READERS_MIN : cpus > READERS_MAX ? READERS_MAX : (size_t)cpus;
+	const char *v = getenv("ARTFS_LOAD_READERS");
+	char *end;
 
+	if (v && *v) {
+		unsigned long x = strtoul(v, &end, 10);
+		if (!*end && x >= 1 && x <= READERS_MAX)
+			n = x;
+	}
 	return (unsigned)(nchunks < n ? nchunks : n);
+}
+
+void loader_pool_fill(void)
+{
+	unsigned n = readers_for(SIZE_MAX);
+
+	pthread_mutex_lock(&pool_mu);
+	bool mine = !pool_busy;
+	pool_busy = true;
+	pthread_mutex_unlock(&pool_mu);
+	if (!mine)
+		return; /* a load has the pool: it pins what it lacks */
+	for (unsigned i = 0; i < n; i++)
+		for (int k = 0; k < BUFS_PER_READER; k++)
+			if (!pool[i][k] && cudaHostAlloc(&pool[i][k], CHUNK, cudaHostAllocPortable) != cudaSuccess) {
+				pool[i][k] = NULL;
+				cudaGetLastError(); /* not sticky; the load pins its own */
+				goto done;
+			}
+done:
+	pthread_mutex_lock(&pool_mu);
+	pool_busy = false;
+	pthread_mutex_unlock(&pool_mu);
 }
 
 int gpu_load(struct gpu_load *l, char *err, size_t errlen)
