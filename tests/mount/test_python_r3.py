@@ -307,11 +307,11 @@ def scripted(monkeypatch):
         fake = Scripted(files)
         monkeypatch.setattr(r3, "os", fake)
 
-        def fake_open(path, mode="r"):  # the probe of .keys/<hex> after a failed .get
+        def fake_read_file(path):  # the probe of .keys/<hex> after a failed .get
             if path not in readable:
                 raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
-            return open(os.devnull, mode)
-        monkeypatch.setattr(r3, "open", fake_open, raising=False)
+            return b""
+        monkeypatch.setattr(r3, "_read_file", fake_read_file)
         return fake
     return install
 

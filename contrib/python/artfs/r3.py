@@ -267,6 +267,18 @@ def _read_all(fd: int) -> bytes:
         off += len(b)
 
 
+def _read_file(path: str) -> bytes:
+    """A whole file in the fewest FUSE round trips (lookup, open, read,
+    release): a buffered open() would ask isatty() (an ioctl round trip),
+    and a stat after the first read asks for attributes again (the read
+    made the kernel drop its cached atime)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return _read_all(fd)
+    finally:
+        os.close(fd)
+
+
 def _mkdir_version(mnt: str, weight_version: str) -> str:
     path = os.path.join(mnt, weight_version)
     try:
@@ -407,8 +419,7 @@ def _probe(keys_dir: str, hexes: list[str]) -> str:
     """Which key made a .keys/.get fail: the first that cannot be read alone."""
     for h in hexes:
         try:
-            with open(os.path.join(keys_dir, h), "rb") as f:
-                f.read()
+            _read_file(os.path.join(keys_dir, h))
         except OSError as e:
             return f"{KEY_PREFIX}{h}: {os.strerror(e.errno)}"
     return f"{len(hexes)} keys"
@@ -455,9 +466,8 @@ def read_r3(weight_version: str, block_hash: BlockHash, mount: str | None = None
     store fails verification, ENOENT if absent)."""
     path = os.path.join(mount_point(mount), weight_version, _hash_name(block_hash))
     try:
-        with open(path, "rb") as f:
-            array: npt.NDArray[Any] = np.load(f)
-            return array
+        array: npt.NDArray[Any] = np.load(io.BytesIO(_read_file(path)))
+        return array
     except OSError as e:
         raise _error(e.errno, f"read of {key_of(weight_version, block_hash)}", path) from None
 
