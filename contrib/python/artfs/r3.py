@@ -303,10 +303,19 @@ def publish(weight_version: str, block_hash: BlockHash, envelope: Envelope,
     one-record <wv>/.put, which says 0 for identical content and EEXIST
     for different: publishing is idempotent for every user."""
     name = _hash_name(block_hash)
-    path = os.path.join(_mkdir_version(mount_point(mount), weight_version), name)
+    mnt = mount_point(mount)
+    path = os.path.join(mnt, weight_version, name)
     what = f"publish of {key_of(weight_version, name)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(path, flags, 0o644)
+        except FileNotFoundError:
+            # The version is new here. (mkdir first on every publish would
+            # cost a FUSE round trip: the kernel looks an existing name up
+            # again before mkdir.)
+            _mkdir_version(mnt, weight_version)
+            fd = os.open(path, flags, 0o644)
     except OSError as e:
         if e.errno != errno.EEXIST:
             raise _error(e.errno, what, path) from None
