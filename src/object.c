@@ -64,27 +64,26 @@ static int check_identity(struct tree *t, struct version *ver, const char *name,
 }
 
 /* Reads and checks the header of an open store file. */
-static int read_header(struct tree *t, struct version *ver, int fd, const char *name,
-		       const uint8_t *hash, size_t hash_len, struct envelope *env)
+static int read_header(struct tree *t, struct version *ver, int fd, const struct stat *st,
+		       const char *name, const uint8_t *hash, size_t hash_len, struct envelope *env)
 {
 	char detail[160];
 	uint8_t head[ENVELOPE_HEADER_BYTES_MAX];
-	struct stat st;
 
-	if (fstat(fd, &st) < 0 || st.st_size < ENVELOPE_PREFIX_LEN)
+	if (st->st_size < ENVELOPE_PREFIX_LEN)
 		return corrupt(t, ver, name, "too short to be an envelope");
-	size_t want = (uint64_t)st.st_size < sizeof(head) ? (size_t)st.st_size : sizeof(head);
+	size_t want = (uint64_t)st->st_size < sizeof(head) ? (size_t)st->st_size : sizeof(head);
 	if (store_pread_all(fd, head, want, 0) < 0)
 		return corrupt(t, ver, name, "short read");
 	enum envelope_error why = envelope_parse(head, want, env, detail, sizeof(detail));
 	if (why)
 		return corrupt(t, ver, name, detail);
-	return check_identity(t, ver, name, hash, hash_len, env, (uint64_t)st.st_size);
+	return check_identity(t, ver, name, hash, hash_len, env, (uint64_t)st->st_size);
 }
 
-static int open_stored(struct tree *t, struct version *ver, const char *name)
+static int open_stored(struct tree *t, struct version *ver, const char *name, struct stat *st)
 {
-	int fd = store_object_open(ver->dirfd, name);
+	int fd = store_object_open(ver->dirfd, name, st);
 
 	if (fd < 0 && fd != -ENOENT && !resource_error(fd))
 		return corrupt(t, ver, name, store_open_error(fd));
@@ -95,12 +94,13 @@ int object_read_meta(struct tree *t, struct version *ver, const uint8_t *hash, s
 		     struct envelope *env)
 {
 	char name[ARTFS_HASH_HEX_MAX + 1];
+	struct stat st;
 
 	key_hex(hash, hash_len, name);
-	int fd = open_stored(t, ver, name);
+	int fd = open_stored(t, ver, name, &st);
 	if (fd < 0)
 		return fd;
-	int rc = read_header(t, ver, fd, name, hash, hash_len, env);
+	int rc = read_header(t, ver, fd, &st, name, hash, hash_len, env);
 	close(fd);
 	return rc;
 }
@@ -114,10 +114,10 @@ int object_load_envelope(struct tree *t, struct version *ver, const uint8_t *has
 	uint8_t digest[32];
 
 	key_hex(hash, hash_len, name);
-	_cleanup_close_ int fd = open_stored(t, ver, name);
+	_cleanup_close_ int fd = open_stored(t, ver, name, &st);
 	if (fd < 0)
 		return fd;
-	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != size)
+	if ((uint64_t)st.st_size != size)
 		return corrupt(t, ver, name, "its size changed since it was indexed");
 	if (store_pread_all(fd, dst, size, 0) < 0)
 		return corrupt(t, ver, name, "short read");
@@ -160,10 +160,11 @@ int object_verify(struct tree *t, struct version *ver, const uint8_t *hash, size
 	uint8_t digest[32];
 
 	key_hex(hash, hash_len, name);
-	int fd = open_stored(t, ver, name);
+	struct stat st;
+	int fd = open_stored(t, ver, name, &st);
 	if (fd < 0)
 		return fd;
-	int rc = read_header(t, ver, fd, name, hash, hash_len, &env);
+	int rc = read_header(t, ver, fd, &st, name, hash, hash_len, &env);
 	if (rc == 0 && !envelope_same(&env, expect))
 		rc = corrupt(t, ver, name, "it changed while the request was served");
 	off_t at = ENVELOPE_PREFIX_LEN + (off_t)env.header_len;
@@ -275,13 +276,9 @@ int object_open(struct tree *t, struct object *o, struct handle **h, struct open
 	struct stat st;
 
 	object_name(o, name);
-	int fd = open_stored(t, o->ver, name);
+	int fd = open_stored(t, o->ver, name, &st);
 	if (fd < 0)
 		return fd;
-	if (fstat(fd, &st) < 0) {
-		close(fd);
-		return corrupt(t, o->ver, name, strerror(errno));
-	}
 	struct object_reader *rd = calloc(1, sizeof(*rd));
 	if (!rd) {
 		close(fd);

@@ -293,15 +293,14 @@ int store_pread_all(int fd, void *buf, size_t len, off_t off)
 	return 0;
 }
 
-int store_object_open(int dirfd, const char *name)
+int store_object_open(int dirfd, const char *name, struct stat *st)
 {
 	/* O_NONBLOCK: a FIFO put in the store must not hang the thread. */
 	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-	struct stat st;
 
 	if (fd < 0)
 		return errno == ELOOP ? -EFTYPE_STORE : -errno;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+	if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode)) {
 		close(fd);
 		return -EFTYPE_STORE;
 	}

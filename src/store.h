@@ -70,8 +70,8 @@ int store_pread_all(int fd, void *buf, size_t len, off_t off);
 /* What store_object_open answers for a name that is not a regular file
  * (a link, a FIFO, a device): the store is damaged there. */
 #define EFTYPE_STORE EUCLEAN
-/* A committed object's file, read-only: fd or -errno. */
-int store_object_open(int dirfd, const char *name);
+/* A committed object's file, read-only: fd or -errno; *st is its stat. */
+int store_object_open(int dirfd, const char *name, struct stat *st);
 /* The reason to log for a negative errno of store_object_open. */
 const char *store_open_error(int rc);
 int store_object_stat(int dirfd, const char *name, struct stat *st);
