@@ -3,6 +3,9 @@
 
     /usr/bin/python3 bench/remote_bench.py <artfs binary> <workdir> [blocks] [rounds]
 
+(workdir holds the daemons' stores: put it on tmpfs, e.g. /dev/shm/rbench,
+as the daemon's default store is.)
+
 Starts a loopback cluster (contrib/redis-cluster.sh) and three daemons on
 their own stores: A (publishes), B (reads through the cluster), L (no
 cluster, the local baseline). Per round:
