@@ -2,48 +2,137 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <unistd.h>
 
 #include "parallel.h"
+
+/* A few worker threads, started at the first loop that wants them and kept
+ * (starting a thread costs tens of microseconds, as much as a batch item):
+ * each open loop is on a list; an idle worker joins the first one that has
+ * items left and is below its share of helpers. The calling thread works on
+ * its own loop too, so a loop finishes even when every worker is busy. */
 
 struct loop {
 	void (*fn)(void *ctx, size_t i);
 	void *ctx;
 	size_t n;
-	_Atomic size_t next;
+	_Atomic size_t next;      /* the next item to take */
+	size_t done;              /* items finished (under mu) */
+	unsigned helpers;         /* workers inside the loop now (under mu) */
+	unsigned max_helpers;
+	struct loop *link;        /* the open loops (under mu) */
+	pthread_cond_t finished;  /* done == n and no helper left */
 };
 
-static void *worker(void *arg)
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t work = PTHREAD_COND_INITIALIZER;
+static struct loop *open_loops;
+static pthread_once_t started = PTHREAD_ONCE_INIT;
+static unsigned workers;
+
+static size_t run_items(struct loop *l)
 {
-	struct loop *l = arg;
+	size_t count = 0;
 
 	for (;;) {
 		size_t i = atomic_fetch_add(&l->next, 1);
 		if (i >= l->n)
-			return NULL;
+			return count;
 		l->fn(l->ctx, i);
+		count++;
 	}
+}
+
+/* Under mu: a loop still open to one more helper, or NULL. */
+static struct loop *joinable(void)
+{
+	for (struct loop *l = open_loops; l; l = l->link)
+		if (l->helpers < l->max_helpers && atomic_load(&l->next) < l->n)
+			return l;
+	return NULL;
+}
+
+static void finish(struct loop *l, size_t count, bool helper)
+{
+	l->done += count;
+	if (helper)
+		l->helpers--;
+	if (l->done == l->n && l->helpers == 0)
+		pthread_cond_signal(&l->finished);
+}
+
+static void *worker(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&mu);
+	for (;;) {
+		struct loop *l;
+		while (!(l = joinable()))
+			pthread_cond_wait(&work, &mu);
+		l->helpers++;
+		pthread_mutex_unlock(&mu);
+		size_t count = run_items(l);
+		pthread_mutex_lock(&mu);
+		finish(l, count, true);
+	}
+	return NULL;
+}
+
+static void start_workers(void)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned want = cpus > 1 ? (unsigned)cpus - 1 : 0;
+	pthread_attr_t attr;
+
+	if (want > PARALLEL_THREADS_MAX - 1)
+		want = PARALLEL_THREADS_MAX - 1;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	for (unsigned k = 0; k < want; k++) {
+		pthread_t t;
+		if (pthread_create(&t, &attr, worker, NULL) == 0)
+			workers++;
+	}
+	pthread_attr_destroy(&attr);
 }
 
 void parallel_for(size_t n, size_t per_thread, size_t max_threads,
 		  void (*fn)(void *ctx, size_t i), void *ctx)
 {
 	struct loop l = { .fn = fn, .ctx = ctx, .n = n };
-	pthread_t threads[PARALLEL_THREADS_MAX - 1];
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	size_t want = n / (per_thread ? per_thread : 1) + 1, started = 0;
+	size_t want = n / (per_thread ? per_thread : 1) + 1;
 
 	if (want > max_threads)
 		want = max_threads;
-	if (want > PARALLEL_THREADS_MAX)
-		want = PARALLEL_THREADS_MAX;
-	if (cpus > 0 && want > (size_t)cpus)
-		want = (size_t)cpus;
+	if (want > 1)
+		pthread_once(&started, start_workers);
+	if (want > (size_t)workers + 1)
+		want = (size_t)workers + 1;
 	atomic_init(&l.next, 0);
-	for (size_t k = 1; k < want; k++)
-		if (pthread_create(&threads[started], NULL, worker, &l) == 0)
-			started++;
-	worker(&l);
-	for (size_t k = 0; k < started; k++)
-		pthread_join(threads[k], NULL);
+	if (want <= 1) {
+		run_items(&l);
+		return;
+	}
+	l.max_helpers = (unsigned)(want - 1);
+	pthread_cond_init(&l.finished, NULL);
+	pthread_mutex_lock(&mu);
+	l.link = open_loops;
+	open_loops = &l;
+	pthread_cond_broadcast(&work);
+	pthread_mutex_unlock(&mu);
+
+	size_t count = run_items(&l);
+
+	pthread_mutex_lock(&mu);
+	for (struct loop **p = &open_loops; *p; p = &(*p)->link)
+		if (*p == &l) {
+			*p = l.link; /* no new helper joins it now */
+			break;
+		}
+	finish(&l, count, false);
+	while (l.done < l.n || l.helpers)
+		pthread_cond_wait(&l.finished, &mu);
+	pthread_mutex_unlock(&mu);
+	pthread_cond_destroy(&l.finished);
 }

@@ -1,7 +1,9 @@
 /* One loop spread over a few threads: the calling thread and up to
- * max_threads - 1 more (never more than the machine's CPUs), each taking
- * the next index until none is left. For batches whose items each cost a
- * few system calls (.materialize, .get, caching what the cluster sent). */
+ * max_threads - 1 workers of one pool that the whole daemon shares (started
+ * at the first loop that wants them, never more than the CPUs - 1, kept
+ * for the next loop), each taking the next index until none is left. For
+ * batches whose items each cost a few system calls (.materialize, .get,
+ * caching what the cluster sent). Not to be used before a fork. */
 #ifndef ARTFS_PARALLEL_H
 #define ARTFS_PARALLEL_H
 

@@ -33,6 +33,7 @@ int main(void)
 	srunner_add_suite(sr, materialize_suite());
 	srunner_add_suite(sr, safetensors_suite());
 	srunner_add_suite(sr, checkpoint_suite());
+	srunner_add_suite(sr, parallel_suite());
 	log_init(0, 0);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
