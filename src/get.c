@@ -165,8 +165,7 @@ static void load_one(void *ctx, size_t i)
 		w->error = 0;
 		return;
 	}
-	w->error = object_load_envelope(l->t, w->o->ver, w->o->hash, w->o->hash_len,
-					l->out + w->at, (size_t)w->size);
+	w->error = object_load_envelope(l->t, w->o, l->out + w->at, (size_t)w->size);
 }
 
 static void result_free(struct tree *t, struct get *g)
@@ -237,7 +236,7 @@ static int run(struct tree *t, struct get *g)
 	}
 	/* Every object verified before the first byte: ENOENT, then EIO. */
 	struct loading l = { .t = t, .w = w, .out = g->out };
-	parallel_for(n, 16, PARALLEL_THREADS_MAX, load_one, &l);
+	parallel_for(n, 8, PARALLEL_THREADS_MAX, load_one, &l);
 	int first = 0;
 	for (size_t i = 0; i < n; i++) {
 		int e = w[i].error;

@@ -90,6 +90,12 @@ struct object {
 	_Atomic uint64_t ctime_ns;  /* store file's ctime when indexed or last verified */
 	_Atomic uint8_t verified;   /* payload verified while the file kept ctime_ns */
 	uint8_t state;              /* enum object_state, changed under the tree lock */
+	/* Its header once validated (object.c, object_header_learn): the first
+	 * 16 bytes of the header's SHA-256, and where payload_sha256's hex
+	 * digits start in it; 0 until known. Set once, under the tree lock,
+	 * head_digest before sha_at (release). */
+	_Atomic uint16_t sha_at;
+	uint8_t head_digest[16];
 	uint8_t hash_len;
 	uint8_t hash[];             /* block hash bytes */
 };

@@ -31,7 +31,7 @@ static void load(struct tree *t, struct key_reader *kr)
 		return;
 	}
 	kr->len = (size_t)size;
-	kr->error = object_load_envelope(t, o->ver, o->hash, o->hash_len, kr->buf, kr->len);
+	kr->error = object_load_envelope(t, o, kr->buf, kr->len);
 }
 
 static int key_read(struct tree *t, struct handle *h, uint64_t off, size_t size,

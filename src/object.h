@@ -21,12 +21,17 @@ int object_read_meta(struct tree *t, struct version *ver, const uint8_t *hash, s
 int object_verify(struct tree *t, struct version *ver, const uint8_t *hash, size_t hash_len,
 		  const struct envelope *expect, uint8_t *dst);
 
-/* Reads the stored <ver>/<hash> whole into dst (size bytes, its envelope
- * size) and verifies it: well-formed, the key of its name, its payload
- * against payload_sha256. 0, -ENOENT, resource errors, or -EIO (logged,
- * counted). */
-int object_load_envelope(struct tree *t, struct version *ver, const uint8_t *hash,
-			 size_t hash_len, uint8_t *dst, size_t size);
+/* Reads the stored object o whole into dst (size bytes, its envelope size)
+ * and verifies it: well-formed, the key of its name, its payload against
+ * payload_sha256. 0, -ENOENT, resource errors, or -EIO (logged, counted).
+ * Once o's header is known (object_header_learn), the header read back is
+ * checked by its digest instead of being parsed again. */
+int object_load_envelope(struct tree *t, struct object *o, uint8_t *dst, size_t size);
+
+/* Remembers o's header (the JSON, len bytes), which has passed every check
+ * of a publish, so that later reads of the envelope compare a digest of
+ * it instead of parsing it (see struct object). */
+void object_header_learn(struct tree *t, struct object *o, const uint8_t *json, size_t len);
 
 /* The envelope size of a committed object (its store file's size). */
 int object_envelope_size(struct tree *t, struct object *o, uint64_t *size);

@@ -156,6 +156,62 @@ def test_a_damaged_object_is_eio_by_key_and_in_get(mnt):
     assert mnt.metrics()["artfs_checksum_failures_total"] >= 2
 
 
+def damage_header(path, text, replacement):
+    """Replaces text in the stored envelope's JSON header (same length)."""
+    assert len(text) == len(replacement)
+    with open(path, "r+b") as f:
+        data = f.read()
+        at = data.index(text)
+        f.seek(at)
+        f.write(replacement)
+
+
+@pytest.mark.parametrize("where", ["payload_sha256", "shape", "source_token_start"])
+def test_a_damaged_header_is_eio_after_it_was_read_once(mnt, where):
+    # Once an envelope has been read (and its header remembered by digest),
+    # later reads check the header by that digest: damage there is EIO too,
+    # even where it leaves valid JSON with a valid checksum field.
+    os.mkdir(mnt.path(WV))
+    arr = routed_experts(4)
+    env = encode(WV, "c0", arr)
+    assert publish(mnt.path(WV, "c0"), env) == 0
+    k = key_hex(WV, "c0")
+    assert get(mnt, [k]) == env
+    with open(mnt.path(".keys", k), "rb") as f:
+        assert f.read() == env
+    store = mnt.store_file(WV, "c0")
+    if where == "payload_sha256":
+        head = env[4:4 + int.from_bytes(env[:4], "little")]
+        digits = head.split(b'"payload_sha256":"')[1][:64]
+        damage_header(store, digits, digits[:-1] + (b"0" if digits[-1:] != b"0" else b"1"))
+    elif where == "shape":
+        damage_header(store, b"[4,48,8]", b"[8,24,8]")
+    else:
+        damage_header(store, b'"source_token_start":0', b'"source_token_start":1')
+    assert read_result(mnt.path(".keys", k)) == "read:EIO"
+    with pytest.raises(OSError) as e:
+        get(mnt, [k])
+    assert e.value.errno == errno.EIO
+
+
+def test_a_header_written_with_spaces_is_read_and_checked(mnt):
+    # Not the canonical layout: the daemon cannot find the checksum field
+    # by its bytes, so it parses that header on every read, and still
+    # fails closed on damage.
+    from envelope import header_fields, pack
+    os.mkdir(mnt.path(WV))
+    arr = routed_experts(4)
+    env = pack(header_fields(WV, "c1", arr, "block", 0), arr.tobytes(), canonical=False)
+    assert publish(mnt.path(WV, "c1"), env) == 0
+    k = key_hex(WV, "c1")
+    for _ in range(2):
+        assert get(mnt, [k]) == env
+    flip_byte(mnt.store_file(WV, "c1"))
+    with pytest.raises(OSError) as e:
+        get(mnt, [k])
+    assert e.value.errno == errno.EIO
+
+
 def test_put_by_path_records_and_their_results(mnt):
     os.mkdir(mnt.path(WV))
     envs = {h: encode(WV, h, routed_experts(4, seed=i)) for i, h in enumerate(("a0", "a1", "a2"))}
