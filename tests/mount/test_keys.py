@@ -364,3 +364,18 @@ def test_put_never_refuses_a_record_for_room_that_later_records_hold(make_mount)
         os.unlink(m.path(WV, h))
     assert m.metrics()["artfs_bytes_reserved"] == 0
 
+
+def test_a_batch_buffers_within_its_bound(mnt):
+    """A batch holds the bytes of the records it has queued, charged with
+    the other transaction files' memory, and gives them back at close."""
+    envs = [encode(WV, "%04x" % i, routed_experts(16, seed=i)) for i in range(40)]
+    fd = os.open(mnt.path(".keys", ".put"), os.O_RDWR)
+    try:
+        os.write(fd, b"".join(envs))
+        held = mnt.metrics()["artfs_materialize_held_bytes"]
+        assert sum(map(len, envs)) <= held <= 16 << 20
+        os.fsync(fd)
+        assert os.pread(fd, 1 << 20, 0).decode().split()[1::2] == ["0"] * len(envs)
+    finally:
+        os.close(fd)
+    assert mnt.metrics()["artfs_materialize_held_bytes"] == 0
