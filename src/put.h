@@ -21,7 +21,7 @@
 #define PUT_QUEUE_BYTES (16u << 20)
 #define PUT_BUFFER_RECORD_MAX (1u << 20)
 /* Records per thread when a flush stages them side by side. */
-#define PUT_PER_THREAD 2
+#define PUT_PER_THREAD 4
 
 /* v: the version of <wv>/.put, or NULL for .keys/.put. */
 int put_open(struct tree *t, struct version *v, struct handle **h, struct open_reply *r);
