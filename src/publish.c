@@ -37,6 +37,7 @@ struct publish {
 	int existing_result;
 	bool fetched;                /* the bytes came from the cluster: not written back */
 	bool checked;                /* the payload hashed to payload_sha256 */
+	uint64_t npy_size;           /* what a read serves, once checked */
 	uint64_t reserved;           /* bytes of t->bytes_reserved held: those received */
 	bool pending;                /* obj is in its version's pending table */
 	bool finished;               /* result is final */
@@ -226,15 +227,22 @@ static int no_space(struct tree *t, struct publish *u)
 	return fail(t, u, -ENOSPC, what);
 }
 
-/* The whole header is in u->head: check it, size the object, open its file. */
-static int accept_header(struct tree *t, struct publish *u)
+/* The whole header is in: check it, size the object, open its file.
+ * parsed: the header as the caller parsed it already (a batch), or NULL
+ * to parse it from u->head. */
+static int accept_header(struct tree *t, struct publish *u, const struct envelope *parsed)
 {
 	char detail[256];
 	uint32_t hlen = u->env.header_len;
-	enum envelope_error why = envelope_parse_header(u->head + ENVELOPE_PREFIX_LEN, hlen, &u->env,
-							detail, sizeof(detail));
-	if (why)
-		return reject(t, u, why, detail);
+
+	if (parsed)
+		u->env = *parsed;
+	else {
+		enum envelope_error why = envelope_parse_header(u->head + ENVELOPE_PREFIX_LEN, hlen,
+								&u->env, detail, sizeof(detail));
+		if (why)
+			return reject(t, u, why, detail);
+	}
 	if (strcmp(u->env.key, u->key) != 0) {
 		snprintf(detail, sizeof(detail), "key %s is not the key of this path (%s)",
 			 u->env.key, u->key);
@@ -313,12 +321,28 @@ static int store_bytes(struct tree *t, struct publish *u, const uint8_t *head, s
 	return 0;
 }
 
-static int consume(struct tree *t, struct publish *u, uint64_t off, const uint8_t *p, size_t n)
+static int consume(struct tree *t, struct publish *u, uint64_t off, const uint8_t *p, size_t n,
+		   const struct envelope *parsed)
 {
 	size_t head_len = 0;
 	const uint8_t *head = NULL;
 	uint64_t store_off = off;
 
+	if (parsed && !u->have_header && u->received == 0 &&
+	    n >= ENVELOPE_PREFIX_LEN + (uint64_t)parsed->header_len) {
+		/* A batch parsed this header already: taken as it is, and stored
+		 * with the payload from the caller's buffer. */
+		u->env.header_len = parsed->header_len;
+		head_len = ENVELOPE_PREFIX_LEN + (size_t)parsed->header_len;
+		u->received = head_len;
+		int rc = accept_header(t, u, parsed);
+		if (rc < 0)
+			return rc;
+		head = p;
+		p += head_len;
+		n -= head_len;
+		store_off = 0;
+	}
 	if (!u->have_header) {
 		/* Gather the u32 length, then the JSON header, in u->head. */
 		uint64_t need = u->received < ENVELOPE_PREFIX_LEN
@@ -343,7 +367,7 @@ static int consume(struct tree *t, struct publish *u, uint64_t off, const uint8_
 				u->env.header_len = hlen;
 				need = ENVELOPE_PREFIX_LEN + (uint64_t)hlen;
 			} else {
-				int rc = accept_header(t, u);
+				int rc = accept_header(t, u, NULL);
 				if (rc < 0)
 					return rc;
 				head = u->head;
@@ -372,8 +396,8 @@ static int consume(struct tree *t, struct publish *u, uint64_t off, const uint8_
 	return 0;
 }
 
-static int publish_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
-		  uint64_t owner)
+static int write_parsed(struct tree *t, struct handle *h, uint64_t off, const void *buf,
+			size_t len, uint64_t owner, const struct envelope *parsed)
 {
 	struct publish *u = (struct publish *)h;
 	int rc;
@@ -390,11 +414,23 @@ static int publish_write(struct tree *t, struct handle *h, uint64_t off, const v
 		snprintf(d, sizeof(d), "write at offset %" PRIu64 ", expected %" PRIu64, off, u->received);
 		rc = reject(t, u, ENVELOPE_OUT_OF_ORDER, d);
 	} else
-		rc = consume(t, u, off, buf, len);
+		rc = consume(t, u, off, buf, len, parsed);
 	if (u->obj->state == OBJECT_PUBLISHING) /* what fstat of the writer shows */
 		atomic_store(&u->obj->file_size, u->received);
 	pthread_mutex_unlock(&u->mu);
 	return rc < 0 ? rc : (int)len;
+}
+
+static int publish_write(struct tree *t, struct handle *h, uint64_t off, const void *buf,
+			 size_t len, uint64_t owner)
+{
+	return write_parsed(t, h, off, buf, len, owner, NULL);
+}
+
+int publish_write_parsed(struct tree *t, struct handle *h, const struct envelope *env,
+			 const void *buf, size_t len, uint64_t owner)
+{
+	return write_parsed(t, h, 0, buf, len, owner, env);
 }
 
 /* An identical publish by path of an object that had only a key: the
@@ -513,7 +549,6 @@ static int commit(struct tree *t, struct publish *u)
 static int commit_locked(struct tree *t, struct publish *u)
 {
 	struct stat st;
-	uint64_t npy_size;
 	int rc;
 
 	struct object *old = existing(t, u);
@@ -528,8 +563,6 @@ static int commit_locked(struct tree *t, struct publish *u)
 		if (rc <= 0)
 			return rc;
 	}
-	npy_file_size(&u->env.array, &npy_size);
-	store_mark_npy_size(u->tmp.fd, npy_size); /* a restart knows its size from this */
 	rc = store_tmp_link(u->ver->dirfd, &u->tmp, u->name);
 	if (rc == -EEXIST)
 		return count_existing(t, -EEXIST);
@@ -545,7 +578,7 @@ static int commit_locked(struct tree *t, struct publish *u)
 	key_sha256_decode(u->key + sizeof(ARTFS_KEY_PREFIX) - 1, o->key);
 	o->keyed = true;
 	o->file_size = u->total;
-	atomic_store(&o->npy_size, npy_size);
+	atomic_store(&o->npy_size, u->npy_size);
 	atomic_store(&o->ctime_ns, (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec);
 	atomic_store(&o->verified, 1);
 
@@ -597,6 +630,11 @@ static int payload_checked(struct tree *t, struct publish *u)
 		return reject(t, u, ENVELOPE_CHECKSUM, d);
 	}
 	u->checked = true;
+	npy_file_size(&u->env.array, &u->npy_size);
+	/* A restart knows its size from this; marked here, before the commit
+	 * and its t->commit_lock. */
+	if (u->tmp.fd >= 0)
+		store_mark_npy_size(u->tmp.fd, u->npy_size);
 	return 0;
 }
 
@@ -641,6 +679,31 @@ int publish_prepare(struct tree *t, struct handle *h, uint8_t **buf, size_t *len
 	}
 	pthread_mutex_unlock(&u->mu);
 	return rc;
+}
+
+int publish_check(struct tree *t, struct handle *h, bool *to_cluster)
+{
+	struct publish *u = (struct publish *)h;
+	int rc;
+
+	pthread_mutex_lock(&u->mu);
+	if (u->finished)
+		rc = u->result;
+	else
+		rc = payload_checked(t, u);
+	*to_cluster = rc == 0 && !u->finished && t->remote && !u->onto_existing && !u->fetched;
+	pthread_mutex_unlock(&u->mu);
+	return rc;
+}
+
+bool publish_room_for(struct tree *t, uint64_t n)
+{
+	sizing_wait(t);
+	pthread_mutex_lock(&t->lock);
+	bool fits = t->bytes_used + t->bytes_reserved <= t->cfg->capacity &&
+		    n <= t->cfg->capacity - t->bytes_used - t->bytes_reserved;
+	pthread_mutex_unlock(&t->lock);
+	return fits;
 }
 
 void publish_remote_result(struct tree *t, struct handle *h, int rc)

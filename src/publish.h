@@ -5,6 +5,7 @@
 #define ARTFS_PUBLISH_H
 
 #include "base.h"
+#include "envelope.h"
 
 /* Starts a publish onto obj, a fresh node from create (never a committed
  * one: close reports 0 for content identical to a committed key, EEXIST
@@ -15,6 +16,22 @@
  * Takes a reference on obj. Returns 0, or -ENOENT when the version was
  * removed meanwhile. */
 int publish_begin(struct tree *t, struct object *obj, struct handle **h);
+
+/* Batches: a write at offset 0 of len bytes that hold at least the whole
+ * header, which the caller has parsed already (env, from these bytes by
+ * envelope_parse_header): as the handle's write, without a second parse. */
+int publish_write_parsed(struct tree *t, struct handle *h, const struct envelope *env,
+			 const void *buf, size_t len, uint64_t owner);
+
+/* Batches: checks a publish whose bytes are all in (the payload against
+ * its checksum) without committing it: 0 when its fsync goes on to commit,
+ * else the errno that fsync will return. *to_cluster: 0 and with remote=,
+ * its bytes must go to the cluster first (not a key held here already). */
+int publish_check(struct tree *t, struct handle *h, bool *to_cluster);
+
+/* Whether n more bytes fit under capacity= now, beside the committed ones
+ * and those of the publishes in flight (no collection). */
+bool publish_room_for(struct tree *t, uint64_t n);
 
 /* Batches with remote=: checks a publish whose bytes are all in without
  * committing it. 0 with *buf (malloc'd, *len bytes) when it

@@ -9,17 +9,45 @@
 #include "envelope.h"
 #include "key.h"
 #include "log.h"
+#include "parallel.h"
 #include "publish.h"
 #include "put.h"
 #include "remote.h"
 
+/* Records are not committed as their bytes arrive but queued, and a full
+ * queue is flushed: the work of each record up to its commit (its
+ * temporary file, writing it, hashing it) runs on a few threads at once,
+ * then the records commit one at a time, in order, each as a single
+ * publish would (DESIGN.md §3.7).
+ *
+ * Memory: a batch file buffers at most PUT_QUEUE_BYTES of queued records
+ * (charged to materialize_max=, like every transaction file's memory) and
+ * PUT_PIPELINE queue entries. A record larger than PUT_BUFFER_RECORD_MAX,
+ * or one that finds no memory, is not buffered: the queue is flushed and
+ * the record's bytes go to its publish as they come. */
+
 enum put_state {
 	PUT_LINE,    /* <wv>/.put: reading `<hash>\n` */
 	PUT_HEAD,    /* reading an envelope's length prefix and header */
-	PUT_BODY,    /* feeding the rest of the record to its publish */
+	PUT_BODY,    /* copying the rest of the record into the queue's buffer */
+	PUT_STREAM,  /* feeding the rest of a large record to its publish */
 	PUT_SKIP,    /* passing over the rest of a refused record */
 	PUT_DEAD,    /* a header that gives no length: nothing after it can be read */
 	PUT_DONE,    /* fsync or close ended the transaction */
+};
+
+/* One record, from its header on: in progress, then in the queue. */
+struct put_rec {
+	char key[65];              /* its key hex, or "-" */
+	int refused;               /* its outcome, decided before any publish began */
+	uint8_t hash[ARTFS_HASH_BYTES_MAX];
+	size_t hash_len;
+	struct envelope env;       /* its header, parsed once */
+	size_t off;                /* buffered: its envelope at buf + off */
+	struct handle *pub;        /* its publish, once begun */
+	bool streamed;             /* its bytes went to pub as they came */
+	int staged;                /* the publish's outcome short of its commit */
+	bool to_cluster;           /* with remote=: its bytes still go to the cluster */
 };
 
 struct put {
@@ -33,21 +61,17 @@ struct put {
 	char line[ARTFS_HASH_HEX_MAX + 2];
 	size_t line_len;
 	bool bad_line;              /* its hash line was not a hash: refused, skipped */
-	uint8_t hash[ARTFS_HASH_BYTES_MAX];
-	size_t hash_len;
 	uint8_t head[ENVELOPE_HEADER_BYTES_MAX];
 	size_t head_len, head_need;
 	uint64_t remaining;         /* bytes of the record after its header */
-	uint64_t fed;               /* bytes given to the publish */
-	struct handle *pub;         /* the record's publish */
-	char key[65];               /* its key hex, or "-" */
-	/* with remote=: records whose bytes are all in, waiting for one
-	 * pipelined round to the cluster (then committed here in order) */
-	struct pending {
-		struct handle *pub;
-		char key[65];
-	} pending[PUT_PIPELINE];
-	size_t npending;
+	uint64_t fed;               /* streamed: bytes given to its publish */
+	struct put_rec cur;
+	/* records whose bytes are all in, in order, and the bytes of those
+	 * buffered (buf_cap bytes charged to materialize_max=) */
+	struct put_rec queue[PUT_PIPELINE];
+	size_t nqueued;
+	uint8_t *buf;
+	size_t buf_len, buf_cap;
 	/* outcomes */
 	uint32_t records;
 	int first_error;
@@ -72,16 +96,19 @@ static const char *errno_label(int rc)
 }
 
 /* One record's outcome: a result line, and the batch's errno if first. */
-static int record_line(struct put *p, int rc)
+static int record_line(struct put *p, const char *key, int rc)
 {
 	char line[96];
-	int n = snprintf(line, sizeof(line), "%s %s\n", p->key, errno_label(rc));
+	int n = snprintf(line, sizeof(line), "%s %s\n", key, errno_label(rc));
 
 	if (p->results_len + (size_t)n > p->results_cap) {
 		size_t cap = p->results_cap ? p->results_cap * 2 : 4096;
 		char *grown = realloc(p->results, cap);
-		if (!grown)
+		if (!grown) {
+			if (!p->first_error) /* the lines are incomplete: the batch says so */
+				p->first_error = -ENOMEM;
 			return -ENOMEM;
+		}
 		p->results = grown;
 		p->results_cap = cap;
 	}
@@ -93,19 +120,221 @@ static int record_line(struct put *p, int rc)
 	return 0;
 }
 
-static int flush_pending(struct tree *t, struct put *p);
-
-/* A record refused before its publish began: its line comes after those
- * of the records still waiting for the cluster. */
-static int refused(struct tree *t, struct put *p, int rc)
+static const char *where(const struct put *p)
 {
-	char key[65];
-
-	memcpy(key, p->key, sizeof(key));
-	int r = flush_pending(t, p);
-	memcpy(p->key, key, sizeof(key));
-	return r < 0 ? r : record_line(p, rc);
+	return p->ver ? p->ver->name : ".keys";
 }
+
+/* ---- the queue ------------------------------------------------------------ */
+
+/* Starts the publish of a record: its version (for .keys/.put the key-only
+ * one, made again if collected meanwhile), its object, its handle. */
+static int begin(struct tree *t, struct version *ver, struct put_rec *r)
+{
+	struct version *v = ver; /* referenced */
+	int rc = 0;
+
+	if (v)
+		node_ref(&v->node);
+	else
+		rc = version_keyonly(t, &v);
+	for (int attempt = 0; rc == 0; attempt++) {
+		struct object *o = object_new(v, r->hash, r->hash_len);
+		rc = o ? publish_begin(t, o, &r->pub) : -ENOMEM;
+		if (o)
+			node_unref(&o->node, 1);
+		if (rc != -ENOENT || ver || attempt == 2)
+			break;
+		/* The key-only version was collected (ttl=) meanwhile: a new one. */
+		node_unref(&v->node, 1);
+		v = NULL;
+		rc = version_keyonly(t, &v);
+	}
+	if (v)
+		node_unref(&v->node, 1);
+	return rc;
+}
+
+/* Everything of a queued record short of its commit. */
+static void stage(struct tree *t, struct put *p, struct put_rec *r)
+{
+	if (r->refused || r->streamed)
+		return; /* nothing to do, or done as its bytes came */
+	int rc = begin(t, p->ver, r);
+	if (rc < 0) {
+		r->refused = rc;
+		return;
+	}
+	/* A refusal is sticky in the publish: publish_check says it. */
+	publish_write_parsed(t, r->pub, &r->env, p->buf + r->off, envelope_total_len(&r->env),
+			     p->owner);
+	r->staged = publish_check(t, r->pub, &r->to_cluster);
+}
+
+/* Commits a staged record (its publish's fsync) and writes its line. */
+static int commit_rec(struct tree *t, struct put *p, struct put_rec *r)
+{
+	int rc = r->refused;
+
+	if (r->pub) {
+		rc = r->pub->ops->fsync(t, r->pub);
+		handle_put(t, r->pub);
+		r->pub = NULL;
+	}
+	return record_line(p, r->key, rc);
+}
+
+/* One flush of the queue. Without remote=, a record commits as soon as it
+ * and every record before it are staged, by whichever thread finds it so;
+ * calls counts the threads that asked, so that one commits at a time and
+ * none leaves a staged record behind. */
+struct flush {
+	struct tree *t;
+	struct put *p;
+	bool commit_now;
+	size_t next;                     /* the next record to commit */
+	_Atomic unsigned calls;
+	_Atomic bool ready[PUT_PIPELINE];
+	int rc;                          /* the first line that could not be written */
+};
+
+static void commit_ready(struct flush *f)
+{
+	if (atomic_fetch_add(&f->calls, 1) != 0)
+		return; /* the thread committing looks again before it stops */
+	unsigned seen;
+	do {
+		seen = atomic_load(&f->calls);
+		while (f->next < f->p->nqueued && atomic_load(&f->ready[f->next])) {
+			int rc = commit_rec(f->t, f->p, &f->p->queue[f->next++]);
+			if (rc < 0 && !f->rc)
+				f->rc = rc;
+		}
+	} while (!atomic_compare_exchange_strong(&f->calls, &seen, 0));
+}
+
+static void stage_one(void *ctx, size_t i)
+{
+	struct flush *f = ctx;
+
+	stage(f->t, f->p, &f->p->queue[i]);
+	if (!f->commit_now)
+		return;
+	atomic_store(&f->ready[i], true);
+	commit_ready(f);
+}
+
+/* With remote=: the staged records from..nqueued go to the cluster in one
+ * pipelined round per node, then commit here, in order. */
+static int commit_round(struct tree *t, struct put *p, size_t from)
+{
+	size_t n = p->nqueued, k = 0;
+	const char *keys[PUT_PIPELINE];
+	const void *vals[PUT_PIPELINE];
+	size_t lens[PUT_PIPELINE], which[PUT_PIPELINE];
+	uint8_t *bufs[PUT_PIPELINE] = { 0 };
+	int results[PUT_PIPELINE], rc = 0;
+
+	for (size_t i = from; i < n && t->remote; i++) {
+		struct put_rec *r = &p->queue[i];
+		if (!r->pub)
+			continue;
+		if (r->streamed) { /* its bytes are in its temporary file only */
+			if (publish_prepare(t, r->pub, &bufs[i], &lens[k]) < 0 || !bufs[i])
+				continue;
+			vals[k] = bufs[i];
+		} else if (r->staged == 0 && r->to_cluster) {
+			vals[k] = p->buf + r->off;
+			lens[k] = envelope_total_len(&r->env);
+		} else
+			continue;
+		keys[k] = r->key;
+		which[k++] = i;
+	}
+	if (k)
+		remote_put_many(t->remote, k, keys, vals, lens, results);
+	for (size_t j = 0; j < k; j++)
+		publish_remote_result(t, p->queue[which[j]].pub, results[j]);
+	for (size_t i = from; i < n; i++) {
+		int r = commit_rec(t, p, &p->queue[i]);
+		if (r < 0 && !rc)
+			rc = r;
+		free(bufs[i]);
+	}
+	return rc;
+}
+
+/* Stages and commits every queued record; then the queue is empty. */
+static int flush_queue(struct tree *t, struct put *p)
+{
+	struct flush f = { .t = t, .p = p, .commit_now = !t->remote };
+	size_t n = p->nqueued;
+
+	if (!n)
+		return 0;
+	atomic_init(&f.calls, 0);
+	for (size_t i = 0; i < n; i++)
+		atomic_init(&f.ready[i], false);
+	/* Side by side only when all of them fit in the store at once: else a
+	 * record could be refused (ENOSPC) for room that records after it
+	 * hold. Then one at a time, each committed before the next begins. */
+	size_t threads = publish_room_for(t, p->buf_len) ? PARALLEL_THREADS_MAX : 1;
+	parallel_for(n, PUT_PER_THREAD, threads, stage_one, &f);
+	int rc = commit_round(t, p, f.next);
+	p->nqueued = 0;
+	p->buf_len = 0;
+	return f.rc ? f.rc : rc;
+}
+
+/* The record in progress joins the queue; a full queue is flushed. */
+static int enqueue(struct tree *t, struct put *p)
+{
+	p->queue[p->nqueued++] = p->cur;
+	p->cur.pub = NULL;
+	return p->nqueued == PUT_PIPELINE ? flush_queue(t, p) : 0;
+}
+
+/* A record refused before its publish began: its line comes in its turn. */
+static int refuse(struct tree *t, struct put *p, int rc)
+{
+	p->cur.refused = rc;
+	return enqueue(t, p);
+}
+
+/* Room in the buffer for n more bytes (within PUT_QUEUE_BYTES, the queue
+ * flushed first when needed); false when no memory can be had. */
+static bool buffer_room(struct tree *t, struct put *p, size_t n)
+{
+	if (p->buf_len + n > PUT_QUEUE_BYTES)
+		flush_queue(t, p); /* a line it could not write makes fsync ENOMEM */
+	if (p->buf_len + n <= p->buf_cap)
+		return true;
+	size_t cap = p->buf_cap ? p->buf_cap : 64u << 10;
+	while (cap < p->buf_len + n)
+		cap *= 2;
+	if (cap > PUT_QUEUE_BYTES)
+		cap = PUT_QUEUE_BYTES;
+	if (!transaction_memory_take(t, cap - p->buf_cap))
+		return false;
+	uint8_t *grown = realloc(p->buf, cap);
+	if (!grown) {
+		transaction_memory_give(t, cap - p->buf_cap);
+		return false;
+	}
+	p->buf = grown;
+	p->buf_cap = cap;
+	return true;
+}
+
+static void buffer_free(struct tree *t, struct put *p)
+{
+	transaction_memory_give(t, p->buf_cap);
+	free(p->buf);
+	p->buf = NULL;
+	p->buf_len = p->buf_cap = 0;
+}
+
+/* ---- the stream of records ------------------------------------------------ */
 
 static void next_record(struct put *p)
 {
@@ -115,142 +344,92 @@ static void next_record(struct put *p)
 	p->head_len = 0;
 	p->head_need = ENVELOPE_PREFIX_LEN;
 	p->remaining = p->fed = 0;
-	p->pub = NULL;
-	snprintf(p->key, sizeof(p->key), "-");
+	p->cur.refused = p->cur.staged = 0;
+	p->cur.pub = NULL;
+	p->cur.streamed = p->cur.to_cluster = false;
+	snprintf(p->cur.key, sizeof(p->cur.key), "-");
 }
 
-static const char *where(const struct put *p)
+/* A large record: the queue is flushed (records commit in order), then its
+ * bytes go to its publish as they come. */
+static int start_stream(struct tree *t, struct put *p)
 {
-	return p->ver ? p->ver->name : ".keys";
+	struct put_rec *r = &p->cur;
+	int flushed = flush_queue(t, p);
+	int rc = begin(t, p->ver, r);
+
+	if (rc < 0) {
+		p->state = PUT_SKIP;
+		rc = refuse(t, p, rc);
+		return flushed < 0 ? flushed : rc;
+	}
+	r->streamed = true;
+	publish_write_parsed(t, r->pub, &r->env, p->head, p->head_len, p->owner);
+	p->fed = p->head_len;
+	p->state = PUT_STREAM; /* a refusal is sticky in the publish: said at its end */
+	return flushed;
 }
 
-/* The header is in: find the record's object and start its publish. */
+/* The header is in: parse it (the only parse of it), name the record and
+ * buffer it, or stream it. */
 static int start_record(struct tree *t, struct put *p)
 {
-	struct envelope env;
+	struct put_rec *r = &p->cur;
 	char detail[256];
 	uint32_t hlen = (uint32_t)(p->head_len - ENVELOPE_PREFIX_LEN);
 
-	if (envelope_parse_header(p->head + ENVELOPE_PREFIX_LEN, hlen, &env, detail,
+	if (envelope_parse_header(p->head + ENVELOPE_PREFIX_LEN, hlen, &r->env, detail,
 				  sizeof(detail))) {
 		/* Without a header there is no length: the rest cannot be read. */
 		log_warn("put %s: record %u: %s; the rest of the batch is refused", where(p),
-			 p->records, detail);
+			 p->records + (uint32_t)p->nqueued, detail);
 		p->state = PUT_DEAD;
-		return refused(t, p, -EBADMSG);
+		return refuse(t, p, -EBADMSG);
 	}
-	uint64_t total = envelope_total_len(&env);
+	uint64_t total = envelope_total_len(&r->env);
 	if (total == UINT64_MAX) {
 		p->state = PUT_DEAD;
-		return refused(t, p, -EBADMSG);
+		return refuse(t, p, -EBADMSG);
 	}
 	p->remaining = total - p->head_len;
-	const char *hex = env.key + sizeof(ARTFS_KEY_PREFIX) - 1;
-	struct version *v = NULL; /* referenced */
+	const char *hex = r->env.key + sizeof(ARTFS_KEY_PREFIX) - 1;
 	int rc = 0;
 	if (!p->ver) {
 		/* .keys/.put: the record's key names it. */
-		memcpy(p->key, hex, 64);
-		p->key[64] = '\0';
-		p->hash_len = 32;
-		rc = key_sha256_decode(hex, p->hash) < 0 ? -EBADMSG : version_keyonly(t, &v);
-	} else {
-		v = p->ver;
-		node_ref(&v->node);
-		if (p->bad_line)
+		memcpy(r->key, hex, 64);
+		r->key[64] = '\0';
+		r->hash_len = 32;
+		if (key_sha256_decode(hex, r->hash) < 0)
 			rc = -EBADMSG;
-		else {
-			char key[ARTFS_KEY_LEN + 1];
-			version_object_key(p->ver, p->hash, p->hash_len, key);
-			memcpy(p->key, key + sizeof(ARTFS_KEY_PREFIX) - 1, 64);
-			p->key[64] = '\0';
-		}
+	} else if (p->bad_line)
+		rc = -EBADMSG;
+	else {
+		char key[ARTFS_KEY_LEN + 1];
+		version_object_key(p->ver, r->hash, r->hash_len, key);
+		memcpy(r->key, key + sizeof(ARTFS_KEY_PREFIX) - 1, 64);
+		r->key[64] = '\0';
 	}
-	for (int attempt = 0; rc == 0; attempt++) {
-		struct object *o = object_new(v, p->hash, p->hash_len);
-		rc = o ? publish_begin(t, o, &p->pub) : -ENOMEM;
-		if (o)
-			node_unref(&o->node, 1);
-		if (rc != -ENOENT || p->ver || attempt == 2)
-			break;
-		/* The key-only version was collected (ttl=) meanwhile: a new one. */
-		node_unref(&v->node, 1);
-		v = NULL;
-		rc = version_keyonly(t, &v);
-	}
-	if (rc == 0) {
-		rc = p->pub->ops->write(t, p->pub, 0, p->head, p->head_len, p->owner);
-		if (rc > 0) {
-			p->fed = p->head_len;
-			rc = 0;
-		}
-	}
-	if (v)
-		node_unref(&v->node, 1);
-	if (rc < 0 && !p->pub) {
+	if (rc < 0) {
 		/* Refused before its publish began: pass over its bytes. */
 		p->state = PUT_SKIP;
-		return refused(t, p, rc);
+		return refuse(t, p, rc);
 	}
-	p->state = PUT_BODY; /* a refusal is sticky in the publish: said at its end */
+	if (total > PUT_BUFFER_RECORD_MAX || !buffer_room(t, p, (size_t)total))
+		return start_stream(t, p);
+	r->off = p->buf_len;
+	memcpy(p->buf + p->buf_len, p->head, p->head_len);
+	p->buf_len += p->head_len;
+	p->state = PUT_BODY;
 	return 0;
 }
 
-/* Sends the waiting records to the cluster in one pipelined round per
- * node, then commits each here, in order. */
-static int flush_pending(struct tree *t, struct put *p)
+/* The last byte of the record in progress is in. */
+static int end_record(struct tree *t, struct put *p)
 {
-	size_t n = p->npending, k = 0;
-	const char *keys[PUT_PIPELINE];
-	const void *vals[PUT_PIPELINE];
-	size_t lens[PUT_PIPELINE], which[PUT_PIPELINE];
-	uint8_t *bufs[PUT_PIPELINE] = { 0 };
-	int results[PUT_PIPELINE], prep[PUT_PIPELINE], rc = 0;
+	int rc = p->state == PUT_SKIP ? 0 : enqueue(t, p);
 
-	if (!n)
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		prep[i] = publish_prepare(t, p->pending[i].pub, &bufs[i], &lens[i]);
-		if (prep[i] == 0 && bufs[i]) {
-			keys[k] = p->pending[i].key;
-			vals[k] = bufs[i];
-			lens[k] = lens[i];
-			which[k++] = i;
-		}
-	}
-	if (k)
-		remote_put_many(t->remote, k, keys, vals, lens, results);
-	for (size_t j = 0; j < k; j++)
-		publish_remote_result(t, p->pending[which[j]].pub, results[j]);
-	for (size_t i = 0; i < n; i++) {
-		struct handle *pub = p->pending[i].pub;
-		int r = pub->ops->fsync(t, pub);
-		handle_put(t, pub);
-		free(bufs[i]);
-		memcpy(p->key, p->pending[i].key, sizeof(p->key));
-		if (rc == 0)
-			rc = record_line(p, r);
-	}
-	p->npending = 0;
-	snprintf(p->key, sizeof(p->key), "-");
+	next_record(p);
 	return rc;
-}
-
-static int finish_record(struct tree *t, struct put *p)
-{
-	if (t->remote) {
-		/* Its cluster write goes with the others of this round. */
-		p->pending[p->npending].pub = p->pub;
-		memcpy(p->pending[p->npending].key, p->key, sizeof(p->key));
-		p->npending++;
-		p->pub = NULL;
-		return p->npending == PUT_PIPELINE ? flush_pending(t, p) : 0;
-	}
-	int rc = p->pub->ops->fsync(t, p->pub);
-
-	handle_put(t, p->pub);
-	p->pub = NULL;
-	return record_line(p, rc);
 }
 
 static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len)
@@ -276,9 +455,10 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 			buf++;
 			len--;
 			p->line[p->line_len] = '\0';
-			if (p->bad_line || key_hash_decode(p->line, p->hash, &p->hash_len) < 0) {
+			if (p->bad_line ||
+			    key_hash_decode(p->line, p->cur.hash, &p->cur.hash_len) < 0) {
 				log_warn("put %s: record %u: \"%.140s\" is not a block hash", where(p),
-					 p->records, p->line);
+					 p->records + (uint32_t)p->nqueued, p->line);
 				p->bad_line = true;
 			}
 			p->state = PUT_HEAD;
@@ -296,42 +476,39 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 				uint32_t hlen;
 				if (envelope_header_len(p->head, &hlen)) {
 					log_warn("put %s: record %u: header length %u outside 1..%u; "
-						 "the rest of the batch is refused", where(p), p->records,
-						 hlen, ARTFS_ENVELOPE_HEADER_MAX);
+						 "the rest of the batch is refused", where(p),
+						 p->records + (uint32_t)p->nqueued, hlen,
+						 ARTFS_ENVELOPE_HEADER_MAX);
 					p->state = PUT_DEAD;
-					rc = refused(t, p, -EBADMSG);
+					rc = refuse(t, p, -EBADMSG);
 					break;
 				}
 				p->head_need = ENVELOPE_PREFIX_LEN + hlen;
 				break;
 			}
 			rc = start_record(t, p);
-			if (rc == 0 && p->remaining == 0 &&
-			    (p->state == PUT_BODY || p->state == PUT_SKIP)) {
-				if (p->state == PUT_BODY)
-					rc = finish_record(t, p);
-				if (rc == 0)
-					next_record(p);
-			}
+			if (rc == 0 && p->remaining == 0 && p->state != PUT_DEAD)
+				rc = end_record(t, p);
 			break;
 		}
 		case PUT_BODY:
+		case PUT_STREAM:
 		case PUT_SKIP: {
 			size_t take = p->remaining < len ? (size_t)p->remaining : len;
 			if (p->state == PUT_BODY) {
-				int w = p->pub->ops->write(t, p->pub, p->fed, buf, take, p->owner);
-				(void)w; /* a refusal is sticky: the record's fsync says it */
+				memcpy(p->buf + p->buf_len, buf, take);
+				p->buf_len += take;
+			} else if (p->state == PUT_STREAM) {
+				struct handle *pub = p->cur.pub;
+				/* a refusal is sticky: the record's fsync says it */
+				pub->ops->write(t, pub, p->fed, buf, take, p->owner);
 				p->fed += take;
 			}
 			buf += take;
 			len -= take;
 			p->remaining -= take;
-			if (p->remaining)
-				break;
-			if (p->state == PUT_BODY)
-				rc = finish_record(t, p);
-			if (rc == 0)
-				next_record(p);
+			if (p->remaining == 0)
+				rc = end_record(t, p);
 			break;
 		}
 		case PUT_DEAD:
@@ -340,7 +517,7 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 		case PUT_DONE:
 			return -EINVAL;
 		}
-		if (p->records >= PUT_RECORDS_MAX && p->state != PUT_DEAD) {
+		if (p->records + p->nqueued >= PUT_RECORDS_MAX && p->state != PUT_DEAD) {
 			log_warn("put %s: more than %u records in one batch", where(p), PUT_RECORDS_MAX);
 			return -EFBIG;
 		}
@@ -378,15 +555,17 @@ static int put_end(struct tree *t, struct put *p)
 		return p->first_error;
 	bool cut = (p->state == PUT_LINE && p->line_len) ||
 		   (p->state == PUT_HEAD && (p->head_len || p->line_len || p->bad_line)) ||
-		   p->state == PUT_BODY || p->state == PUT_SKIP;
-	if (p->pub) {
-		handle_put(t, p->pub); /* its release says "closed early" */
-		p->pub = NULL;
-	}
-	flush_pending(t, p);
+		   p->state == PUT_BODY || p->state == PUT_STREAM || p->state == PUT_SKIP;
+	if (p->cur.pub) {
+		handle_put(t, p->cur.pub); /* its release says "closed early" */
+		p->cur.pub = NULL;
+	} else if (p->state == PUT_BODY) /* counted as a publish closed early is */
+		counter_inc(&t->metrics.rejected[ENVELOPE_TRUNCATED]);
+	flush_queue(t, p);
+	buffer_free(t, p);
 	if (cut && p->state != PUT_SKIP) {
 		log_warn("put %s: record %u cut short; nothing of it committed", where(p), p->records);
-		record_line(p, -EBADMSG);
+		record_line(p, p->cur.key, -EBADMSG);
 	} else if (cut && !p->first_error)
 		p->first_error = -EBADMSG;
 	if (p->state == PUT_DEAD && !p->first_error)
@@ -437,10 +616,12 @@ static void put_release(struct tree *t, struct handle *h)
 {
 	struct put *p = (struct put *)h;
 
-	if (p->pub)
-		handle_put(t, p->pub);
-	for (size_t i = 0; i < p->npending; i++)
-		handle_put(t, p->pending[i].pub); /* never ended: nothing committed */
+	if (p->cur.pub)
+		handle_put(t, p->cur.pub);
+	for (size_t i = 0; i < p->nqueued; i++)
+		if (p->queue[i].pub) /* never ended: nothing committed */
+			handle_put(t, p->queue[i].pub);
+	buffer_free(t, p);
 	if (p->ver) {
 		pthread_mutex_lock(&t->lock);
 		p->ver->open_files--;
@@ -453,17 +634,28 @@ static void put_release(struct tree *t, struct handle *h)
 	free(p);
 }
 
-/* Records commit as they arrive: not while the store's bytes are counted. */
+/* Bytes a flush may stage: those queued and those this write brings. The
+ * reading thread takes no more than it would of a single publish. */
+static bool queue_quick(struct put *p, size_t len)
+{
+	if (pthread_mutex_trylock(&p->mu) != 0)
+		return false; /* busy: a write or a flush in progress */
+	bool quick = p->buf_len + len <= HANDLE_QUICK_BYTES;
+	pthread_mutex_unlock(&p->mu);
+	return quick;
+}
+
+/* Not while the store's bytes are counted; with remote=, a flush waits
+ * for the cluster. */
 static bool put_write_quick(struct tree *t, struct handle *h, size_t len)
 {
-	(void)h;
-	return len <= HANDLE_QUICK_BYTES && !t->sizing && !t->remote;
+	return len <= HANDLE_QUICK_BYTES && !t->sizing && !t->remote &&
+	       queue_quick((struct put *)h, len);
 }
 
 static bool put_flush_quick(struct tree *t, struct handle *h)
 {
-	(void)h;
-	return !t->sizing && !t->remote; /* the cluster is a round trip away */
+	return !t->sizing && !t->remote && queue_quick((struct put *)h, 0);
 }
 
 static const struct handle_ops put_ops = {

@@ -12,8 +12,16 @@
 
 /* Records one batch may hold (its result lines are kept until close). */
 #define PUT_RECORDS_MAX (1u << 20)
-/* With remote=: records sent to the cluster in one pipelined round. */
+/* Records queued before they are staged side by side and committed; with
+ * remote=, also those sent to the cluster in one pipelined round. */
 #define PUT_PIPELINE 64
+/* Bytes of queued records one batch file buffers (charged to
+ * materialize_max=), and the largest record buffered: a larger one goes
+ * to its publish as it comes. */
+#define PUT_QUEUE_BYTES (16u << 20)
+#define PUT_BUFFER_RECORD_MAX (1u << 20)
+/* Records per thread when a flush stages them side by side. */
+#define PUT_PER_THREAD 4
 
 /* v: the version of <wv>/.put, or NULL for .keys/.put. */
 int put_open(struct tree *t, struct version *v, struct handle **h, struct open_reply *r);

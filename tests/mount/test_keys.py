@@ -18,13 +18,22 @@ def key_hex(wv, h):
     return derive_key(wv, h).split("/", 1)[1]
 
 
+def pieces(data, sizes):
+    """data cut into writes of the given sizes, cycled."""
+    off = i = 0
+    while off < len(data):
+        yield data[off:off + sizes[i % len(sizes)]]
+        off += sizes[i % len(sizes)]
+        i += 1
+
+
 def batch(path, data, chunk=None):
-    """Writes data to a batch file, fsyncs; returns (fsync errno, result lines)."""
+    """Writes data to a batch file (in writes of chunk bytes, or of the sizes
+    of a list of them, cycled), fsyncs; returns (fsync errno, result lines)."""
     fd = os.open(path, os.O_RDWR)
     try:
-        step = chunk or len(data) or 1
-        for off in range(0, len(data), step):
-            os.write(fd, data[off:off + step])
+        for piece in pieces(data, chunk if isinstance(chunk, list) else [chunk or len(data) or 1]):
+            os.write(fd, piece)
         try:
             os.fsync(fd)
             rc = 0
@@ -277,3 +286,152 @@ def test_many_processes_put_and_get_at_once(mnt):
     assert sum(d for d, _ in results) > 6
     assert sum(w for _, w in results) == 0, results
     assert mnt.metrics()["artfs_objects"] == 3 * 40
+
+
+# Batches queue their records and stage them side by side (src/put.c); these
+# hold them to DESIGN.md §3.7: each record as a single publish, in order.
+BIG_ROWS = 2800  # 2800 x 48 x 8 payload bytes: more than put.c buffers (1 MiB)
+
+
+def test_put_records_across_many_writes_around_a_record_too_large_to_buffer(mnt):
+    """Records cut at every place by writes of 1 byte to 64 KiB, more than one
+    queue's worth of them, a record larger than the buffering bound in the
+    middle, one key twice with identical content and one twice with
+    different content: one line each, in order, each as a single publish."""
+    os.mkdir(mnt.path(WV))
+    arrays = {"%04x" % i: routed_experts(1 + i % 5, seed=i) for i in range(150)}
+    records = [(h, a) for h, a in arrays.items()]
+    big = ("beef01", routed_experts(BIG_ROWS, seed=7))
+    records.insert(40, big)
+    records.insert(90, ("0005", arrays["0005"]))                     # identical: 0
+    records.insert(91, ("0006", routed_experts(2, seed=1234)))       # different: EEXIST
+    data = b"".join(h.encode() + b"\n" + encode(WV, h, a) for h, a in records)
+    before = mnt.metrics()
+    rc, lines = batch(mnt.path(WV, ".put"), data, chunk=[1, 7, 4096, 65537, 3, 300])
+    assert rc == errno.EEXIST
+    want = [f"{key_hex(WV, h)} {'EEXIST' if i == 91 else '0'}" for i, (h, _) in enumerate(records)]
+    assert lines == want
+    assert len(encode(WV, *big)) > 1 << 20
+    every = dict(arrays, beef01=big[1])
+    assert sorted(os.listdir(mnt.path(WV))) == sorted(every)
+    keys = [key_hex(WV, h) for h in every]
+    assert get(mnt, keys) == b"".join(encode(WV, h, a) for h, a in every.items())
+    assert read_result(mnt.path(WV, "beef01")) == npy_bytes(big[1])
+    m = mnt.metrics()
+    assert m["artfs_publishes_total"] - before["artfs_publishes_total"] == len(every)
+    assert m["artfs_collisions_total"] - before["artfs_collisions_total"] == 1
+    assert m["artfs_republish_identical_total"] - before["artfs_republish_identical_total"] == 1
+    assert m["artfs_bytes_reserved"] == 0 and m["artfs_uploads_in_flight"] == 0
+    assert m["artfs_materialize_held_bytes"] == 0  # the batch's buffer is given back
+
+
+def test_put_by_key_with_a_large_record_and_a_key_twice(mnt):
+    envs = [encode(WV, "%02x" % i, routed_experts(3, seed=i)) for i in range(70)]
+    big = encode(WV, "beef02", routed_experts(BIG_ROWS, seed=3))
+    other = encode(WV, "05", routed_experts(3, seed=555))
+    data = envs[:3] + [big] + envs[3:] + [envs[0], other, big]
+    rc, lines = batch(mnt.path(".keys", ".put"), b"".join(data), chunk=[65536, 1, 9999])
+    assert rc == errno.EEXIST
+    keys = [key_hex(WV, "%02x" % i) for i in range(70)]
+    kb = key_hex(WV, "beef02")
+    want = [f"{k} 0" for k in keys[:3]] + [f"{kb} 0"] + [f"{k} 0" for k in keys[3:]]
+    want += [f"{keys[0]} 0", f"{keys[5]} EEXIST", f"{kb} 0"]
+    assert lines == want
+    assert get(mnt, keys + [kb]) == b"".join(envs) + big
+    assert mnt.metrics()["artfs_objects"] == 71
+
+
+def test_put_a_bad_record_then_the_same_key_good(mnt):
+    """Same key twice in one batch, the first refused (checksum): the second
+    commits, as it would after a failed single publish."""
+    os.mkdir(mnt.path(WV))
+    good = encode(WV, "c0", routed_experts(4))
+    bad = encode(WV, "c0", routed_experts(4), payload_sha256="0" * 64)
+    rc, lines = batch(mnt.path(WV, ".put"), b"c0\n" + bad + b"c0\n" + good + b"c0\n" + bad)
+    k = key_hex(WV, "c0")
+    assert rc == errno.EBADMSG and lines == [f"{k} EBADMSG", f"{k} 0", f"{k} EBADMSG"]
+    assert read_result(mnt.path(WV, "c0")) == npy_bytes(routed_experts(4))
+
+
+@pytest.mark.parametrize("cut_big", [False, True])
+def test_put_a_last_record_cut_short_commits_nothing_of_itself(mnt, cut_big):
+    os.mkdir(mnt.path(WV))
+    envs = [encode(WV, "%02x" % i, routed_experts(4, seed=i)) for i in range(5)]
+    last = encode(WV, "ff", routed_experts(BIG_ROWS if cut_big else 4, seed=9))
+    data = b"".join(b"%02x\n" % i + e for i, e in enumerate(envs)) + b"ff\n" + last[:len(last) // 2]
+    before = mnt.metrics()['artfs_rejected_total{reason="truncated"}']
+    rc, lines = batch(mnt.path(WV, ".put"), data, chunk=5000)
+    assert rc == errno.EBADMSG
+    assert lines == [f"{key_hex(WV, '%02x' % i)} 0" for i in range(5)] + [f"{key_hex(WV, 'ff')} EBADMSG"]
+    assert sorted(os.listdir(mnt.path(WV))) == ["%02x" % i for i in range(5)]
+    m = mnt.metrics()
+    assert m['artfs_rejected_total{reason="truncated"}'] == before + 1
+    assert m["artfs_bytes_reserved"] == 0 and m["artfs_materialize_held_bytes"] == 0
+
+
+def test_put_fills_the_store_in_the_middle_of_a_batch(make_mount):
+    """ENOSPC mid-batch: the records before it are committed, it and the
+    large ones after it are ENOSPC, and a small one after them still fits,
+    exactly as one publish after another would go."""
+    m = make_mount(capacity="64K")
+    os.mkdir(m.path(WV))
+    envs = [encode(WV, "%02x" % i, routed_experts(16, seed=i)) for i in range(14)]
+    tiny = encode(WV, "aa", routed_experts(1, layers=8))
+    size = len(envs[0])
+    fit = (64 << 10) // size
+    assert fit < len(envs) and (64 << 10) - fit * size >= len(tiny)
+    data = b"".join(b"%02x\n" % i + e for i, e in enumerate(envs)) + b"aa\n" + tiny
+    rc, lines = batch(m.path(WV, ".put"), data, chunk=[8192, 1])
+    assert rc == errno.ENOSPC
+    want = [f"{key_hex(WV, '%02x' % i)} {'0' if i < fit else 'ENOSPC'}" for i in range(len(envs))]
+    assert lines == want + [f"{key_hex(WV, 'aa')} 0"]
+    assert sorted(os.listdir(m.path(WV))) == sorted(["%02x" % i for i in range(fit)] + ["aa"])
+    met = m.metrics()
+    assert met["artfs_bytes_used"] == fit * size + len(tiny)
+    assert met["artfs_bytes_reserved"] == 0
+    assert met['artfs_rejected_total{reason="no_space"}'] == len(envs) - fit
+
+
+def test_put_never_refuses_a_record_for_room_that_later_records_hold(make_mount):
+    """The store has room for exactly the first record of a batch and for
+    none of the small ones after it: the first commits and the others are
+    ENOSPC, every time, however the batch's records are staged."""
+    m = make_mount(capacity="64K")
+    os.mkdir(m.path(WV))
+    # Records before it that need no room: identical to committed ones.
+    again = [encode(WV, "%02x" % i, routed_experts(2, layers=8, seed=i)) for i in range(30)]
+    olds = b"".join(b"%02x\n" % i + e for i, e in enumerate(again))
+    assert batch(m.path(WV, ".put"), olds)[0] == 0
+    assert publish(m.path(WV, "ff"), encode(WV, "ff", routed_experts(80))) == 0
+    tinies = [encode(WV, "%04x" % i, routed_experts(1, layers=8, seed=i)) for i in range(20)]
+    for r in range(12):
+        room = (64 << 10) - m.metrics()["artfs_bytes_used"]
+        h = "ab%02x" % r
+        rows = (room - len(encode(WV, h, routed_experts(1, layers=8))) + 64) // 64 + 1
+        while len(first := encode(WV, h, routed_experts(rows, layers=8, seed=r))) > room:
+            rows -= 1
+        assert room - len(first) < min(map(len, tinies))
+        data = olds + h.encode() + b"\n" + first
+        data += b"".join(b"%04x\n" % i + e for i, e in enumerate(tinies))
+        rc, lines = batch(m.path(WV, ".put"), data)
+        assert rc == errno.ENOSPC
+        assert lines == ([f"{key_hex(WV, '%02x' % i)} 0" for i in range(30)] + [f"{key_hex(WV, h)} 0"]
+                         + [f"{key_hex(WV, '%04x' % i)} ENOSPC" for i in range(20)])
+        os.unlink(m.path(WV, h))
+    assert m.metrics()["artfs_bytes_reserved"] == 0
+
+
+def test_a_batch_buffers_within_its_bound(mnt):
+    """A batch holds the bytes of the records it has queued, charged with
+    the other transaction files' memory, and gives them back at close."""
+    envs = [encode(WV, "%04x" % i, routed_experts(16, seed=i)) for i in range(40)]
+    fd = os.open(mnt.path(".keys", ".put"), os.O_RDWR)
+    try:
+        os.write(fd, b"".join(envs))
+        held = mnt.metrics()["artfs_materialize_held_bytes"]
+        assert sum(map(len, envs)) <= held <= 16 << 20
+        os.fsync(fd)
+        assert os.pread(fd, 1 << 20, 0).decode().split()[1::2] == ["0"] * len(envs)
+    finally:
+        os.close(fd)
+    assert mnt.metrics()["artfs_materialize_held_bytes"] == 0

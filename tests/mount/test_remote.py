@@ -289,6 +289,32 @@ def test_batch_put_with_a_cluster_and_config_lists_the_options(nodes):
     assert "artfs_remote_latency_seconds_bucket" in open(a.path(".artfs", "metrics")).read()
 
 
+def test_batch_put_pipelines_queued_and_streamed_records(nodes):
+    """A .put larger than one queue, with a record too large to buffer
+    (streamed to its publish) and a key twice: every record goes to the
+    cluster in a few pipelined rounds, not one round trip each, and B reads
+    every one of them."""
+    a, b = nodes("a"), nodes("b")
+    os.makedirs(a.path(WV), exist_ok=True)
+    records = [("%04x" % i, routed_experts(2, seed=i)) for i in range(150)]
+    records.insert(70, ("beef03", routed_experts(2800, seed=5)))
+    records.append(records[3])
+    data = b"".join(h.encode() + b"\n" + encode(WV, h, arr) for h, arr in records)
+    before = a.metrics()
+    fd = os.open(a.path(WV, ".put"), os.O_RDWR)
+    for off in range(0, len(data), 50000):
+        os.write(fd, data[off:off + 50000])
+    os.fsync(fd)
+    lines = os.pread(fd, 1 << 20, 0).decode().splitlines()
+    os.close(fd)
+    assert lines == [f"{key_hex(WV, h)} 0" for h, _ in records]
+    m = a.metrics()
+    assert m["artfs_remote_puts_total"] - before["artfs_remote_puts_total"] == 151
+    assert m["artfs_remote_rounds_total"] - before["artfs_remote_rounds_total"] <= 3 * 8
+    for h, arr in records[60:80] + records[-3:]:
+        assert read_result(b.path(WV, h)) == npy_bytes(arr), h
+
+
 def test_auth_with_a_password_file(nodes, cluster, tmp_path):
     for port in cluster.ports():
         cluster.cli("config", "set", "masterauth", "s3cret", port=port)
