@@ -378,6 +378,8 @@ static int consume(struct tree *t, struct publish *u, uint64_t off, const uint8_
 		if (!u->have_header)
 			return 0;
 	}
+	if (head) /* checked now: later reads of the envelope compare its digest */
+		object_header_learn(t, u->obj, head + ENVELOPE_PREFIX_LEN, head_len - ENVELOPE_PREFIX_LEN);
 	if (n > u->total - u->received) {
 		char d[128];
 		snprintf(d, sizeof(d), "more than the %" PRIu64 " bytes the header declares", u->total);
@@ -466,6 +468,10 @@ static int adopt(struct tree *t, struct publish *u, struct object *old)
 	if (renameat(old->ver->dirfd, from, u->ver->dirfd, u->name) < 0)
 		rc = -errno;
 	else {
+		/* o stands for old's file now: old's header, which may be laid
+		 * out otherwise than this publish's (unknown: learned at a read) */
+		memcpy(o->head_digest, old->head_digest, sizeof(o->head_digest));
+		atomic_store(&o->sha_at, atomic_load(&old->sha_at));
 		forget = !u->pending;
 		if (u->pending) { /* both tables chain through o->next: out of this one first */
 			index_pending_remove(&t->idx, u->ver, o);

@@ -221,6 +221,26 @@ def test_a_header_written_with_spaces_is_read_and_checked(mnt):
     assert e.value.errno == errno.EIO
 
 
+def test_a_key_only_object_laid_out_otherwise_gains_its_name_and_reads_back(mnt):
+    # Published by key with spaces in its JSON, then by path in the
+    # canonical layout: the same content, so the key-only file moves to the
+    # name, and reads give the bytes stored (the first layout), unharmed by
+    # the digest of the second publish's header.
+    from envelope import header_fields, pack
+    os.mkdir(mnt.path(WV))
+    arr = routed_experts(4, seed=3)
+    spaced = pack(header_fields(WV, "c2", arr, "block", 0), arr.tobytes(), canonical=False)
+    k = key_hex(WV, "c2")
+    rc, lines = batch(mnt.path(".keys", ".put"), spaced)
+    assert rc == 0 and lines == [f"{k} 0"]
+    assert publish(mnt.path(WV, "c2"), encode(WV, "c2", arr)) == 0
+    for _ in range(2):
+        assert get(mnt, [k]) == spaced
+        with open(mnt.path(".keys", k), "rb") as f:
+            assert f.read() == spaced
+    assert read_result(mnt.path(WV, "c2")) == npy_bytes(arr)
+
+
 def test_put_by_path_records_and_their_results(mnt):
     os.mkdir(mnt.path(WV))
     envs = {h: encode(WV, h, routed_experts(4, seed=i)) for i, h in enumerate(("a0", "a1", "a2"))}
