@@ -184,34 +184,19 @@ static int commit_rec(struct tree *t, struct put *p, struct put_rec *r)
 	return record_line(p, r->key, rc);
 }
 
-/* One flush of the queue. Without remote=, a record commits as soon as it
- * and every record before it are staged, by whichever thread finds it so;
- * calls counts the threads that asked, so that one commits at a time and
- * none leaves a staged record behind. */
+/* One flush of the queue. Without remote=, the thread that flushes commits
+ * each record as soon as it and every record before it are staged, between
+ * the records it stages itself; helpers only stage, so that a helper the
+ * scheduler sets aside holds up no commit but that of its own record. */
 struct flush {
 	struct tree *t;
 	struct put *p;
+	pthread_t caller;
 	bool commit_now;
-	size_t next;                     /* the next record to commit */
-	_Atomic unsigned calls;
+	size_t next;                     /* the next record to commit (caller's) */
 	_Atomic bool ready[PUT_PIPELINE];
 	int rc;                          /* the first line that could not be written */
 };
-
-static void commit_ready(struct flush *f)
-{
-	if (atomic_fetch_add(&f->calls, 1) != 0)
-		return; /* the thread committing looks again before it stops */
-	unsigned seen;
-	do {
-		seen = atomic_load(&f->calls);
-		while (f->next < f->p->nqueued && atomic_load(&f->ready[f->next])) {
-			int rc = commit_rec(f->t, f->p, &f->p->queue[f->next++]);
-			if (rc < 0 && !f->rc)
-				f->rc = rc;
-		}
-	} while (!atomic_compare_exchange_strong(&f->calls, &seen, 0));
-}
 
 static void stage_one(void *ctx, size_t i)
 {
@@ -221,11 +206,17 @@ static void stage_one(void *ctx, size_t i)
 	if (!f->commit_now)
 		return;
 	atomic_store(&f->ready[i], true);
-	commit_ready(f);
+	if (!pthread_equal(pthread_self(), f->caller))
+		return;
+	while (f->next < f->p->nqueued && atomic_load(&f->ready[f->next])) {
+		int rc = commit_rec(f->t, f->p, &f->p->queue[f->next++]);
+		if (rc < 0 && !f->rc)
+			f->rc = rc;
+	}
 }
 
-/* With remote=: the staged records from..nqueued go to the cluster in one
- * pipelined round per node, then commit here, in order. */
+/* Commits the staged records from..nqueued here, in order; with remote=
+ * they go to the cluster first, in one pipelined round per node. */
 static int commit_round(struct tree *t, struct put *p, size_t from)
 {
 	size_t n = p->nqueued, k = 0;
@@ -267,12 +258,11 @@ static int commit_round(struct tree *t, struct put *p, size_t from)
 /* Stages and commits every queued record; then the queue is empty. */
 static int flush_queue(struct tree *t, struct put *p)
 {
-	struct flush f = { .t = t, .p = p, .commit_now = !t->remote };
+	struct flush f = { .t = t, .p = p, .caller = pthread_self(), .commit_now = !t->remote };
 	size_t n = p->nqueued;
 
 	if (!n)
 		return 0;
-	atomic_init(&f.calls, 0);
 	for (size_t i = 0; i < n; i++)
 		atomic_init(&f.ready[i], false);
 	/* Side by side only when all of them fit in the store at once: else a
@@ -280,7 +270,7 @@ static int flush_queue(struct tree *t, struct put *p)
 	 * hold. Then one at a time, each committed before the next begins. */
 	size_t threads = publish_room_for(t, p->buf_len) ? PARALLEL_THREADS_MAX : 1;
 	parallel_for(n, PUT_PER_THREAD, threads, stage_one, &f);
-	int rc = commit_round(t, p, f.next);
+	int rc = commit_round(t, p, f.next); /* those the helpers staged last */
 	p->nqueued = 0;
 	p->buf_len = 0;
 	return f.rc ? f.rc : rc;
