@@ -105,10 +105,11 @@ void parallel_for(size_t n, size_t per_thread, size_t max_threads,
 
 	if (want > max_threads)
 		want = max_threads;
-	if (want > 1)
-		pthread_once(&started, start_workers);
-	if (want > (size_t)workers + 1)
-		want = (size_t)workers + 1;
+	if (want > 1) {
+		pthread_once(&started, start_workers); /* workers is set from here on */
+		if (want > (size_t)workers + 1)
+			want = (size_t)workers + 1;
+	}
 	atomic_init(&l.next, 0);
 	if (want <= 1) {
 		run_items(&l);
