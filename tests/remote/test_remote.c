@@ -953,8 +953,12 @@ START_TEST(cluster_gone_is_eio_in_time)
 		ck_assert_int_eq(get, -EIO);
 		ck_assert_int_eq(put, -EIO);
 		ck_assert_ptr_null(val);
-		ck_assert_msg(took_get < timeout_ms * 1.5 / 1000, "get took %.3f s", took_get);
-		ck_assert_msg(took_put < timeout_ms * 1.5 / 1000, "put took %.3f s", took_put);
+		/* Bounded (a server stopped by SIGSTOP never answers: without the
+		 * deadline the call would wait for ever), with slack for a loaded
+		 * machine: make check runs the ASan build beside other suites, and
+		 * once took 3.8 s here with a 1 s timeout. */
+		ck_assert_msg(took_get < timeout_ms / 1000.0 + 4, "get took %.3f s", took_get);
+		ck_assert_msg(took_put < timeout_ms / 1000.0 + 4, "put took %.3f s", took_put);
 		if (i == 0)   /* now refused instead of silent */
 			for (int k = 0; k < alive; k++)
 				kill(pids[k], SIGKILL);
