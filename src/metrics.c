@@ -21,7 +21,8 @@ const struct metric_def metric_defs[METRIC_COUNT] = {
 	[METRIC_PUBLISHING] = { "artfs_uploads_in_flight", "Publishes opened and not yet closed.",
 		GAUGE(publishing) },
 	[METRIC_MATERIALIZE_HELD] = { "artfs_materialize_held_bytes",
-		"Bytes held by open .materialize files (results and request text).",
+		"Bytes held by open .materialize, .keys/.get and .put files "
+		"(results, request text, queued records).",
 		GAUGE(materialize_held) },
 	[METRIC_MATERIALIZE_MAX] = { "artfs_materialize_max_bytes",
 		"What open .materialize files may hold at once (materialize_max=).",
