@@ -152,7 +152,32 @@ static int check_known_header(const struct object *o, uint16_t sha_at, const uin
 	return 0;
 }
 
+static int load_envelope(struct tree *t, struct object *o, uint8_t *dst, size_t size);
+
+/* A key-only object that gains its name meanwhile (an adoption: its file
+ * moves to <wv>/<hash>, held by a new node) is gone from where the caller
+ * found it; the key's holder now has the same file. Read from there once. */
 int object_load_envelope(struct tree *t, struct object *o, uint8_t *dst, size_t size)
+{
+	int rc = load_envelope(t, o, dst, size);
+
+	if (rc != -ENOENT || !o->keyed)
+		return rc;
+	pthread_mutex_lock(&t->lock);
+	struct object *now = index_key_find(&t->idx, o->key);
+	if (now == o)
+		now = NULL;
+	if (now)
+		node_ref(&now->node);
+	pthread_mutex_unlock(&t->lock);
+	if (!now)
+		return rc;
+	rc = load_envelope(t, now, dst, size);
+	node_unref(&now->node, 1);
+	return rc;
+}
+
+static int load_envelope(struct tree *t, struct object *o, uint8_t *dst, size_t size)
 {
 	char name[ARTFS_HASH_HEX_MAX + 1], detail[160];
 	struct envelope env;

@@ -415,3 +415,65 @@ def test_many_readers_fetch_the_same_misses_at_once(nodes):
     assert b.metrics()["artfs_objects"] == len(hashes)
     files = sum(len(f) for _, _, f in os.walk(os.path.join(b.store, "v")))
     assert files == len(hashes)
+
+
+def _remote_batcher(mnt, wv, hashes, seed, start, q):
+    import random
+    rng = random.Random(seed)
+    want_mat = npy_bytes(np.concatenate([routed_experts(2, seed=i) for i in range(len(hashes))]))
+    request = "".join(h + "\n" for h in hashes).encode()
+    keys = [key_hex(wv, h) for h in hashes]
+    want = {k: encode(wv, h, routed_experts(2, seed=i), source_token_start=2 * i)
+            for i, (h, k) in enumerate(zip(hashes, keys))}
+    start.wait(timeout=60)
+    wrong, errors = 0, []
+    for _ in range(3):
+        try:
+            if rng.random() < 0.5:
+                fd = os.open(os.path.join(mnt, wv, ".materialize"), os.O_RDWR)
+                os.write(fd, request)
+                got = os.pread(fd, 1 << 22, 0)
+                os.close(fd)
+                wrong += got != want_mat
+            else:
+                pick = rng.sample(keys, 40)
+                fd = os.open(os.path.join(mnt, ".keys", ".get"), os.O_RDWR)
+                os.write(fd, "".join(k + "\n" for k in pick).encode())
+                got = os.pread(fd, 1 << 22, 0)
+                os.close(fd)
+                wrong += got != b"".join(want[k] for k in pick)
+        except OSError as e:
+            errors.append(errno.errorcode.get(e.errno, e.errno))
+    q.put((wrong, errors))
+
+
+def test_many_batches_fetch_the_same_misses_at_once(nodes):
+    """Six processes on B start together and .materialize a request, or .get
+    keys, whose objects only A holds: every batch fetches its misses and is
+    served from the bytes it fetched, while the others cache the same keys
+    (by name and as key-only objects gaining their name); every byte is
+    compared, and B ends with one object and one file per key."""
+    import multiprocessing
+    a, b = nodes("a"), nodes("b")
+    os.makedirs(a.path(WV), exist_ok=True)
+    os.makedirs(b.path(WV), exist_ok=True)
+    hashes = ["%04x" % i + "d5" * 6 for i in range(96)]
+    fd = os.open(a.path(WV, ".put"), os.O_RDWR)
+    os.write(fd, b"".join(h.encode() + b"\n" +
+                          encode(WV, h, routed_experts(2, seed=i), source_token_start=2 * i)
+                          for i, h in enumerate(hashes)))
+    os.fsync(fd)
+    os.close(fd)
+    ctx = multiprocessing.get_context("fork")
+    q, start = ctx.Queue(), ctx.Barrier(6)
+    procs = [ctx.Process(target=_remote_batcher, args=(b.mountpoint, WV, hashes, s, start, q))
+             for s in range(6)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    assert results == [(0, [])] * 6, results
+    assert b.metrics()["artfs_objects"] <= len(hashes)
+    files = sum(len(f) for _, _, f in os.walk(os.path.join(b.store, "v")))
+    assert files == b.metrics()["artfs_objects"]
