@@ -66,6 +66,25 @@ enum envelope_error envelope_header_len(const uint8_t prefix[4], uint32_t *heade
 enum envelope_error envelope_parse_header(const uint8_t *json, size_t len, struct envelope *env,
 					  char *detail, size_t detail_len);
 
+/* The layout of a header parsed before, to recognize the headers that
+ * differ from it only in the 64 hex digits of their key and of their
+ * payload_sha256 (one encoder writes every header of a batch). Such a
+ * header says what the learnt one says but for those two values, so it
+ * needs no JSON parse. Zeroed: nothing learnt. */
+struct envelope_layout {
+	uint8_t json[ARTFS_ENVELOPE_HEADER_MAX];
+	size_t len;                   /* 0: nothing learnt */
+	size_t key_at, sha_at;        /* where the two runs of hex digits begin */
+	struct envelope env;
+};
+
+/* envelope_parse_header, answered from l when the header matches its
+ * layout; else parsed, and a header that parses and is written plainly
+ * (no spaces or escapes around those two values) becomes l's layout. */
+enum envelope_error envelope_parse_header_like(struct envelope_layout *l, const uint8_t *json,
+					       size_t len, struct envelope *env, char *detail,
+					       size_t detail_len);
+
 /* Parses prefix and header of a whole buffer: the first step of reading a
  * stored object or a test vector. */
 enum envelope_error envelope_parse(const uint8_t *buf, size_t len, struct envelope *env,

@@ -1,5 +1,6 @@
 /* The R3 envelope (DESIGN.md §3.1): envelope_header_len, envelope_parse
- * of a whole buffer and envelope_parse_header of a bare JSON header. What
+ * of a whole buffer, envelope_parse_header of a bare JSON header and
+ * envelope_parse_header_like (the parser's answers, layout or not). What
  * parses must re-encode with envelope_encode, and the encoding must parse
  * back to the same envelope and be canonical (encoding it again gives the
  * same bytes). */
@@ -112,5 +113,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FZ_CHECK(env.header_len == size);
 		round_trip(&env, NULL, 0);
 	}
+
+	/* As a batch reads it: answered from the layout of the header before
+	 * when it matches, and then it must say what the parser says. */
+	static struct envelope_layout layout;
+	struct envelope like;
+	enum envelope_error like_err = envelope_parse_header_like(&layout, data, size, &like,
+								  detail, sizeof(detail));
+	FZ_CHECK(like_err == err);
+	if (err == ENVELOPE_OK)
+		FZ_CHECK(same(&like, &env) && like.header_len == env.header_len);
 	return 0;
 }

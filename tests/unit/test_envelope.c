@@ -89,9 +89,11 @@ static enum envelope_error parse_text(const char *json)
 	return envelope_parse_header((const uint8_t *)json, strlen(json), &env, detail, sizeof(detail));
 }
 
-START_TEST(rejections)
-{
-	static const struct { const char *from, *to; enum envelope_error want; } cases[] = {
+/* good_header changed one way, and what the parser says of it. */
+static const struct {
+	const char *from, *to;
+	enum envelope_error want;
+} rejection_cases[] = {
 		{ "\"schema_version\":3", "\"schema_version\":2", ENVELOPE_SCHEMA },
 		{ "\"schema_version\":3", "\"schema_version\":3.0", ENVELOPE_SCHEMA },
 		{ "\"schema_version\":3", "\"schema_version\":\"3\"", ENVELOPE_SCHEMA },
@@ -123,13 +125,16 @@ START_TEST(rejections)
 		{ "}", "}x", ENVELOPE_JSON },
 		{ "}", "", ENVELOPE_JSON },
 		{ "{", "[", ENVELOPE_JSON },
-	};
+};
+
+START_TEST(rejections)
+{
 	ck_assert_int_eq(parse_text(good_header), ENVELOPE_OK);
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		enum envelope_error got = parse_text(variant(cases[i].from, cases[i].to));
-		ck_assert_msg(got == cases[i].want, "case %zu (%s -> %s): got %s, want %s", i,
-			      cases[i].from, cases[i].to, envelope_error_name(got),
-			      envelope_error_name(cases[i].want));
+	for (size_t i = 0; i < sizeof(rejection_cases) / sizeof(rejection_cases[0]); i++) {
+		enum envelope_error got = parse_text(variant(rejection_cases[i].from, rejection_cases[i].to));
+		ck_assert_msg(got == rejection_cases[i].want, "case %zu (%s -> %s): got %s, want %s", i,
+			      rejection_cases[i].from, rejection_cases[i].to, envelope_error_name(got),
+			      envelope_error_name(rejection_cases[i].want));
 	}
 	ck_assert_int_eq(parse_text("3"), ENVELOPE_JSON);
 	ck_assert_int_eq(parse_text("\"x\""), ENVELOPE_JSON);
@@ -138,6 +143,75 @@ START_TEST(rejections)
 	char spaced[4096];
 	snprintf(spaced, sizeof(spaced), " \n%s\t\n", good_header);
 	ck_assert_int_eq(parse_text(spaced), ENVELOPE_OK);
+}
+END_TEST
+
+static enum envelope_error parse_like(struct envelope_layout *l, const char *json,
+				      struct envelope *env)
+{
+	char detail[256];
+	return envelope_parse_header_like(l, (const uint8_t *)json, strlen(json), env, detail,
+					  sizeof(detail));
+}
+
+static void assert_same_parse(const char *json, const struct envelope *got)
+{
+	struct envelope want;
+	char detail[256];
+	ck_assert_int_eq(envelope_parse_header((const uint8_t *)json, strlen(json), &want, detail,
+					       sizeof(detail)), ENVELOPE_OK);
+	ck_assert_msg(envelope_same(got, &want) && got->payload_len == want.payload_len &&
+		      got->header_len == want.header_len, "%s", json);
+}
+
+/* A header laid out as the one before (only the key's and payload_sha256's
+ * hex digits differ) is answered without a parse; every other header is
+ * parsed, and every answer is the parser's. */
+START_TEST(layout_fast_path_agrees_with_the_parser)
+{
+	struct envelope_layout l = { 0 };
+	struct envelope env;
+
+	ck_assert_int_eq(parse_like(&l, good_header, &env), ENVELOPE_OK);
+	ck_assert_uint_eq(l.len, strlen(good_header));
+	/* other digits in both places: the fast path, the parser's answer */
+	char other[4096];
+	snprintf(other, sizeof(other), "%s",
+		 variant("35f11f5976d0a00dadd63d221a9fa3a564e26b19c2b91a1e85be26101d22cf14",
+			 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"));
+	char *sha = strstr(other, "6580789f");
+	memcpy(sha, "ffffeeee", 8);
+	ck_assert_int_eq(parse_like(&l, other, &env), ENVELOPE_OK);
+	assert_same_parse(other, &env);
+	ck_assert_str_eq(env.key, "vllm-artifact/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
+	ck_assert_uint_eq(env.payload_sha256[0], 0xff);
+	ck_assert_uint_eq(env.payload_sha256[3], 0xee);
+	/* another value of the same length elsewhere: parsed */
+	ck_assert_int_eq(parse_like(&l, variant("[16,61,8]", "[16,62,8]"), &env), ENVELOPE_OK);
+	ck_assert_uint_eq(env.array.shape[1], 62);
+	ck_assert_int_eq(parse_like(&l, good_header, &env), ENVELOPE_OK);
+	/* every refusal stays the parser's, the layout learnt beforehand */
+	for (size_t i = 0; i < sizeof(rejection_cases) / sizeof(rejection_cases[0]); i++) {
+		enum envelope_error got =
+			parse_like(&l, variant(rejection_cases[i].from, rejection_cases[i].to), &env);
+		ck_assert_msg(got == rejection_cases[i].want, "case %zu: got %s", i,
+			      envelope_error_name(got));
+		ck_assert_uint_eq(l.len, strlen(good_header)); /* a refusal teaches nothing */
+	}
+	/* not written plainly: parsed, and nothing learnt from it */
+	static const struct { const char *from, *to; } plain[] = {
+		{ "\"key\":\"", "\"key\": \"" },
+		{ "\"payload_sha256\":\"", "\"payload_sha256\" :\"" },
+		{ "vllm-artifact/35", "vllm-artifact/\\u00335" },
+		{ "6580789f", "\\u0036580789f" },
+	};
+	for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) {
+		const char *h = variant(plain[i].from, plain[i].to);
+		ck_assert_int_eq(parse_like(&l, h, &env), ENVELOPE_OK);
+		assert_same_parse(h, &env);
+		ck_assert_msg(l.len == 0, "learnt from %s", h);
+		ck_assert_int_eq(parse_like(&l, good_header, &env), ENVELOPE_OK);
+	}
 }
 END_TEST
 
@@ -207,6 +281,7 @@ Suite *envelope_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, vectors_parse_and_reencode);
 	tcase_add_test(tc, rejections);
+	tcase_add_test(tc, layout_fast_path_agrees_with_the_parser);
 	tcase_add_test(tc, header_lengths);
 	tcase_add_test(tc, size_overflow_is_reported);
 	tcase_add_test(tc, mutations_are_handled);
