@@ -66,12 +66,14 @@ struct put {
 	uint64_t remaining;         /* bytes of the record after its header */
 	uint64_t fed;               /* streamed: bytes given to its publish */
 	struct put_rec cur;
+	struct envelope_layout layout; /* of the headers before: most need no parse */
 	/* records whose bytes are all in, in order, and the bytes of those
 	 * buffered (buf_cap bytes charged to materialize_max=) */
 	struct put_rec queue[PUT_PIPELINE];
 	size_t nqueued;
 	uint8_t *buf;
 	size_t buf_len, buf_cap;
+	size_t write_left;          /* bytes of the write in progress not yet taken */
 	/* outcomes */
 	uint32_t records;
 	int first_error;
@@ -291,21 +293,32 @@ static int refuse(struct tree *t, struct put *p, int rc)
 	return enqueue(t, p);
 }
 
+/* Capacity for want bytes: doubling from 64 KiB, at most PUT_QUEUE_BYTES. */
+static size_t buffer_cap_for(const struct put *p, size_t want)
+{
+	size_t cap = p->buf_cap ? p->buf_cap : 64u << 10;
+
+	while (cap < want)
+		cap *= 2;
+	return cap < PUT_QUEUE_BYTES ? cap : PUT_QUEUE_BYTES;
+}
+
 /* Room in the buffer for n more bytes (within PUT_QUEUE_BYTES, the queue
- * flushed first when needed); false when no memory can be had. */
+ * flushed first when needed); false when no memory can be had. It grows
+ * at once for the rest of the write in progress, which mostly holds more
+ * records like this one: one allocation, not a copy at every doubling. */
 static bool buffer_room(struct tree *t, struct put *p, size_t n)
 {
 	if (p->buf_len + n > PUT_QUEUE_BYTES)
 		flush_queue(t, p); /* a line it could not write makes fsync ENOMEM */
 	if (p->buf_len + n <= p->buf_cap)
 		return true;
-	size_t cap = p->buf_cap ? p->buf_cap : 64u << 10;
-	while (cap < p->buf_len + n)
-		cap *= 2;
-	if (cap > PUT_QUEUE_BYTES)
-		cap = PUT_QUEUE_BYTES;
-	if (!transaction_memory_take(t, cap - p->buf_cap))
-		return false;
+	size_t cap = buffer_cap_for(p, p->buf_len + (p->write_left > n ? p->write_left : n));
+	if (!transaction_memory_take(t, cap - p->buf_cap)) {
+		cap = buffer_cap_for(p, p->buf_len + n);
+		if (!transaction_memory_take(t, cap - p->buf_cap))
+			return false;
+	}
 	uint8_t *grown = realloc(p->buf, cap);
 	if (!grown) {
 		transaction_memory_give(t, cap - p->buf_cap);
@@ -360,16 +373,16 @@ static int start_stream(struct tree *t, struct put *p)
 	return flushed;
 }
 
-/* The header is in: parse it (the only parse of it), name the record and
- * buffer it, or stream it. */
+/* The header is in: parse it (the only parse of it; none when it is laid
+ * out as the one before), name the record and buffer it, or stream it. */
 static int start_record(struct tree *t, struct put *p)
 {
 	struct put_rec *r = &p->cur;
 	char detail[256];
 	uint32_t hlen = (uint32_t)(p->head_len - ENVELOPE_PREFIX_LEN);
 
-	if (envelope_parse_header(p->head + ENVELOPE_PREFIX_LEN, hlen, &r->env, detail,
-				  sizeof(detail))) {
+	if (envelope_parse_header_like(&p->layout, p->head + ENVELOPE_PREFIX_LEN, hlen, &r->env,
+				       detail, sizeof(detail))) {
 		/* Without a header there is no length: the rest cannot be read. */
 		log_warn("put %s: record %u: %s; the rest of the batch is refused", where(p),
 			 p->records + (uint32_t)p->nqueued, detail);
@@ -427,6 +440,7 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 	int rc = 0;
 
 	while (len && rc == 0) {
+		p->write_left = len;
 		switch (p->state) {
 		case PUT_LINE: {
 			const uint8_t *nl = memchr(buf, '\n', len);
