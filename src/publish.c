@@ -68,7 +68,7 @@ static int resource_errno(int rc)
 
 static void drop_data(struct tree *t, struct publish *u)
 {
-	store_tmp_close(u->ver->dirfd, &u->tmp);
+	store_tmp_close(&u->tmp);
 	sha256_abandon(&u->sha);
 	unreserve(t, u);
 }
@@ -276,7 +276,7 @@ static int accept_header(struct tree *t, struct publish *u, const struct envelop
 	/* Refused at once when the whole object cannot fit now. */
 	if (make_room(t, u, u->total, false) < 0)
 		return no_space(t, u);
-	int rc = store_tmp_open(u->ver->dirfd, &u->tmp);
+	int rc = store_tmp_open(&t->store, &u->tmp);
 	if (rc < 0) {
 		int res = resource_errno(rc);
 		snprintf(detail, sizeof(detail), "cannot create a temporary file in the store: %s",

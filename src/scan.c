@@ -98,6 +98,7 @@ int scan_store(struct tree *t, char *err, size_t errlen)
 
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	store_trash_empty(&t->store, NULL); /* collections a crash interrupted */
+	s.dropped = store_tmp_clean(&t->store);
 	pthread_mutex_lock(&t->lock);
 	int rc = store_list(t->store.versions_fd, scan_version, &s);
 	t->objects = s.objects;

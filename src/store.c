@@ -60,6 +60,39 @@ void store_note_pid(struct store *s)
 		log_warn("store %s: cannot record the daemon pid in its lock file", s->path);
 }
 
+/* A directory under dirfd, made if missing (mode 0700), opened without
+ * following links: fd or -errno. */
+static int subdir(int dirfd, const char *name)
+{
+	if (mkdirat(dirfd, name, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+static int open_tmp_dirs(struct store *s, char *err, size_t errlen)
+{
+	int tmp = subdir(s->root_fd, "tmp");
+
+	for (int k = 0; tmp >= 0 && k < STORE_TMP_DIRS; k++) {
+		char name[16];
+		snprintf(name, sizeof(name), "%d", k);
+		s->tmp_fd[k] = subdir(tmp, name);
+		if (s->tmp_fd[k] < 0) {
+			snprintf(err, errlen, "store %s: tmp/%s: %s", s->path, name,
+				 strerror(-s->tmp_fd[k]));
+			close(tmp);
+			return s->tmp_fd[k];
+		}
+	}
+	if (tmp < 0) {
+		snprintf(err, errlen, "store %s: tmp/: %s", s->path, strerror(-tmp));
+		return tmp;
+	}
+	close(tmp);
+	return 0;
+}
+
 int store_open(struct store *s, const char *path, char *err, size_t errlen)
 {
 	struct stat st;
@@ -67,6 +100,8 @@ int store_open(struct store *s, const char *path, char *err, size_t errlen)
 
 	memset(s, 0, sizeof(*s));
 	s->root_fd = s->versions_fd = s->trash_fd = s->lock_fd = -1;
+	for (int k = 0; k < STORE_TMP_DIRS; k++)
+		s->tmp_fd[k] = -1;
 	s->path = strdup(path);
 	if (!s->path)
 		return -ENOMEM;
@@ -127,6 +162,9 @@ int store_open(struct store *s, const char *path, char *err, size_t errlen)
 		snprintf(err, errlen, "store %s: trash/: %s", path, strerror(errno));
 		goto fail;
 	}
+	rc = open_tmp_dirs(s, err, errlen);
+	if (rc < 0)
+		goto fail;
 	return 0;
 fail:
 	store_close(s);
@@ -143,9 +181,14 @@ void store_close(struct store *s)
 		close(s->lock_fd); /* releases the flock */
 	if (s->root_fd >= 0)
 		close(s->root_fd);
+	for (int k = 0; k < STORE_TMP_DIRS; k++)
+		if (s->tmp_fd[k] >= 0)
+			close(s->tmp_fd[k]);
 	free(s->path);
 	memset(s, 0, sizeof(*s));
 	s->root_fd = s->versions_fd = s->trash_fd = s->lock_fd = -1;
+	for (int k = 0; k < STORE_TMP_DIRS; k++)
+		s->tmp_fd[k] = -1;
 }
 
 int store_version_make(struct store *s, const char *wv)
@@ -172,6 +215,7 @@ int store_version_trash(struct store *s, const char *wv, const char *trash_name)
 
 struct unlink_ctx {
 	int dirfd;
+	unsigned unlinked;
 };
 
 static int unlink_entry(void *ctx, const char *name, unsigned char d_type)
@@ -179,8 +223,20 @@ static int unlink_entry(void *ctx, const char *name, unsigned char d_type)
 	struct unlink_ctx *u = ctx;
 
 	(void)d_type;
-	unlinkat(u->dirfd, name, 0);
+	if (unlinkat(u->dirfd, name, 0) == 0)
+		u->unlinked++;
 	return 0;
+}
+
+unsigned store_tmp_clean(struct store *s)
+{
+	struct unlink_ctx u = { 0 };
+
+	for (int k = 0; k < STORE_TMP_DIRS; k++) {
+		u.dirfd = s->tmp_fd[k];
+		store_list(u.dirfd, unlink_entry, &u);
+	}
+	return u.unlinked;
 }
 
 static int empty_one(void *ctx, const char *name, unsigned char d_type)
@@ -199,16 +255,21 @@ int store_trash_empty(struct store *s, const char *trash_name)
 	int fd = openat(s->trash_fd, trash_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return unlinkat(s->trash_fd, trash_name, 0) < 0 ? -errno : 0;
-	struct unlink_ctx u = { fd };
+	struct unlink_ctx u = { fd, 0 };
 	store_list(fd, unlink_entry, &u);
 	close(fd);
 	return unlinkat(s->trash_fd, trash_name, AT_REMOVEDIR) < 0 ? -errno : 0;
 }
 
-int store_tmp_open(int dirfd, struct store_tmp *tmp)
+int store_tmp_open(struct store *s, struct store_tmp *tmp)
 {
 	static atomic_ulong counter;
+	static atomic_uint threads;
+	static _Thread_local int slot = -1;
 
+	if (slot < 0) /* each thread its own directory, as far as they go */
+		slot = (int)(atomic_fetch_add(&threads, 1) % STORE_TMP_DIRS);
+	int dirfd = tmp->dirfd = s->tmp_fd[slot];
 	tmp->name[0] = '\0';
 	tmp->fd = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0400);
 	if (tmp->fd >= 0)
@@ -229,9 +290,9 @@ int store_tmp_open(int dirfd, struct store_tmp *tmp)
 int store_tmp_link(int dirfd, struct store_tmp *tmp, const char *name)
 {
 	if (tmp->name[0]) {
-		if (linkat(dirfd, tmp->name, dirfd, name, 0) < 0)
+		if (linkat(tmp->dirfd, tmp->name, dirfd, name, 0) < 0)
 			return -errno;
-		unlinkat(dirfd, tmp->name, 0);
+		unlinkat(tmp->dirfd, tmp->name, 0);
 		tmp->name[0] = '\0';
 		return 0;
 	}
@@ -245,12 +306,12 @@ int store_tmp_link(int dirfd, struct store_tmp *tmp, const char *name)
 	return linkat(AT_FDCWD, proc, dirfd, name, AT_SYMLINK_FOLLOW) < 0 ? -errno : 0;
 }
 
-void store_tmp_close(int dirfd, struct store_tmp *tmp)
+void store_tmp_close(struct store_tmp *tmp)
 {
 	if (tmp->fd >= 0)
 		close(tmp->fd);
 	if (tmp->name[0])
-		unlinkat(dirfd, tmp->name, 0);
+		unlinkat(tmp->dirfd, tmp->name, 0);
 	tmp->fd = -1;
 	tmp->name[0] = '\0';
 }

@@ -3,10 +3,17 @@
  *   <store>/lock           flock'd by the running daemon, holds its pid
  *   <store>/v/<wv>/<hash>  one committed object: the envelope as published
  *   <store>/trash/<name>   a collected version being deleted (emptied at start)
+ *   <store>/tmp/<k>/       where temporary files are made, one directory per
+ *                          thread (k < STORE_TMP_DIRS); empty but for the
+ *                          named ones of file systems without O_TMPFILE
  *
- * Objects are written to an unnamed temporary file in their version
- * directory and linked into place, so a name in the store always holds a
- * whole object and a crash leaves nothing half-written behind. */
+ * Objects are written to an unnamed temporary file and linked into their
+ * version directory, so a name in the store always holds a whole object and
+ * a crash leaves nothing half-written behind. Temporary files are made apart
+ * from the directories they are linked into, each thread in its own: files
+ * made side by side in one directory contend for it (on tmpfs, 16 threads
+ * making files in one directory took 28 us a file and slowed every link
+ * into it to 20 us; in their own directories, 5 us and 2.7 us). */
 #ifndef ARTFS_STORE_H
 #define ARTFS_STORE_H
 
@@ -15,12 +22,15 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#define STORE_TMP_DIRS 16
+
 struct store {
 	char *path;
 	int root_fd;
 	int versions_fd;
 	int trash_fd;   /* <store>/trash: versions being deleted */
 	int lock_fd;
+	int tmp_fd[STORE_TMP_DIRS]; /* <store>/tmp/<k> */
 };
 
 /* mtime.tv_sec of a committed object file whose tv_nsec holds the size of
@@ -31,9 +41,10 @@ struct store {
 int store_mark_npy_size(int fd, uint64_t npy_size);
 
 /* A temporary object file, unnamed (O_TMPFILE) or, where the file system
- * lacks that, named ".tmp.*" (dropped again by store_scan_objects). */
+ * lacks that, named ".tmp.*" (dropped again at the next start). */
 struct store_tmp {
 	int fd;
+	int dirfd;      /* the tmp/<k> it was made in */
 	char name[40];
 };
 
@@ -56,11 +67,16 @@ int store_version_trash(struct store *s, const char *wv, const char *trash_name)
 /* Deletes trash/<trash_name> and its files; with NULL, all of trash/. */
 int store_trash_empty(struct store *s, const char *trash_name);
 
-int store_tmp_open(int dirfd, struct store_tmp *tmp);
-/* Gives the temporary file its name; -EEXIST if the name is taken.
- * The fd stays open (the caller closes it with store_tmp_close). */
+/* A temporary file, in the calling thread's tmp/<k>. */
+int store_tmp_open(struct store *s, struct store_tmp *tmp);
+/* Gives the temporary file its name in the directory dirfd; -EEXIST if the
+ * name is taken. The fd stays open (the caller closes it with
+ * store_tmp_close). */
 int store_tmp_link(int dirfd, struct store_tmp *tmp, const char *name);
-void store_tmp_close(int dirfd, struct store_tmp *tmp);
+void store_tmp_close(struct store_tmp *tmp);
+/* Drops what a crash left in tmp/ (named temporary files only); returns
+ * how many. */
+unsigned store_tmp_clean(struct store *s);
 
 /* pwrite all of buf at off; -errno (ENOSPC when the store file system is full). */
 int store_pwrite_all(int fd, const void *buf, size_t len, off_t off);

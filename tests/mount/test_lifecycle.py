@@ -75,8 +75,13 @@ def test_restart_drops_leftovers_and_keeps_objects(mnt):
     arr = routed_experts(16)
     assert publish(mnt.path(WV, "00"), encode(WV, "00", arr)) == 0
     mnt.stop()
-    # What a crash can leave: a named temporary file (file systems without
-    # O_TMPFILE) and a collection cut short in trash/.
+    # What a crash can leave: named temporary files (file systems without
+    # O_TMPFILE: in tmp/<k>/, or beside the objects as older daemons made
+    # them) and a collection cut short in trash/.
+    tmp = os.path.join(mnt.store, "tmp")
+    assert sorted(os.listdir(tmp), key=int) == [str(k) for k in range(16)]
+    assert all(os.listdir(os.path.join(tmp, k)) == [] for k in os.listdir(tmp))
+    open(os.path.join(tmp, "3", ".tmp.99.1"), "wb").write(b"partial")
     open(mnt.store_file(WV, ".tmp.123.4"), "wb").write(b"partial")
     os.makedirs(os.path.join(mnt.store, "trash", "7.1700000000"))
     open(os.path.join(mnt.store, "trash", "7.1700000000", "ab"), "wb").write(b"x")
@@ -84,8 +89,9 @@ def test_restart_drops_leftovers_and_keeps_objects(mnt):
     assert os.listdir(mnt.path(WV)) == ["00"]
     assert read_result(mnt.path(WV, "00")) == npy_bytes(arr)
     assert not os.path.exists(mnt.store_file(WV, ".tmp.123.4"))
+    assert os.listdir(os.path.join(tmp, "3")) == []
     assert os.listdir(os.path.join(mnt.store, "trash")) == []
-    assert "dropped 1 temporary files" in mnt.log()
+    assert "dropped 2 temporary files" in mnt.log()
 
 
 # ---- crash safety --------------------------------------------------------------
