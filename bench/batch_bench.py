@@ -4,8 +4,8 @@ the raw tmpfs store that vLLM's SHM backend uses, in one process, same data.
 
     /usr/bin/python3 bench/batch_bench.py <mountpoint> <raw_dir> [objects] [rounds] [batch]
 
-  put   artfs: one .keys/.put of `batch` envelopes (open, write, fsync, read the
-        result lines, close), all results 0
+  put   artfs: one .keys/.put of `batch` envelopes (open, writev, fsync, read
+        the result lines, close), all results 0
         raw:   per object: temporary file O_EXCL, write, close, link, unlink
   get   artfs: one .keys/.get of `batch` keys (open, write keys, read all, close)
         raw:   per object: open, read, close, parse the header, check the key,
@@ -59,7 +59,8 @@ def artfs_put(mnt, objs, batch):
     for i in range(0, len(objs), batch):
         part = objs[i:i + batch]
         fd = os.open(os.path.join(mnt, ".keys", ".put"), os.O_RDWR)
-        os.write(fd, b"".join(e for _, _, e in part))
+        pieces = [e for _, _, e in part]  # gathered by the kernel, as artfs.publish_many does
+        assert os.writev(fd, pieces) == sum(map(len, pieces))
         os.fsync(fd)
         res = os.pread(fd, 1 << 20, 0).split()
         os.close(fd)

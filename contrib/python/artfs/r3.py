@@ -50,6 +50,7 @@ _KEY = re.compile(r"vllm-artifact/[0-9a-f]{64}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _DTYPE = re.compile(r"\|[biu]1|[<>][iu][248]|[<>]f[248]")
 _READ_CHUNK = 1 << 22
+_IOV_MAX = 1024  # os.writev takes at most IOV_MAX pieces (1024 on Linux)
 _ERRNO_NAMES = {name: code for code, name in errno.errorcode.items()}
 
 BlockHash = Union[bytes, bytearray, str]
@@ -255,6 +256,20 @@ def _write_all(fd: int, data: Envelope) -> None:
         off += os.write(fd, view[off:])
 
 
+def _writev_all(fd: int, parts: Sequence[Envelope]) -> None:
+    """parts back to back, gathered by the kernel: no joined copy of the
+    batch (a FUSE write takes up to 1 MiB of them in one request)."""
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    i = 0
+    while i < len(views):
+        n = os.writev(fd, views[i:i + _IOV_MAX])
+        while i < len(views) and n >= len(views[i]):
+            n -= len(views[i])
+            i += 1
+        if n:
+            views[i] = views[i][n:]
+
+
 def _read_all(fd: int) -> bytes:
     """From offset 0 to EOF (transaction files are read with pread)."""
     chunks: list[bytes] = []
@@ -356,21 +371,22 @@ def _parse_results(text: bytes, path: str) -> list[PutResult]:
     return results
 
 
-def _batch(weight_version: str | None, records: Sequence[Record], mnt: str) -> tuple[str, bytes]:
-    """The batch file and the bytes to write to it."""
+def _batch(weight_version: str | None, records: Sequence[Record],
+           mnt: str) -> tuple[str, list[Envelope]]:
+    """The batch file and the pieces to write to it, in order."""
     parts: list[Envelope] = []
     if weight_version is None:
         for record in records:
             if isinstance(record, tuple):
                 raise TypeError("publish_many(None, ...) takes envelopes, not (hash, envelope) pairs")
             parts.append(record)
-        return os.path.join(mnt, ".keys", ".put"), b"".join(parts)
+        return os.path.join(mnt, ".keys", ".put"), parts
     for record in records:
         if not isinstance(record, tuple) or len(record) != 2:
             raise TypeError("publish_many(<wv>, ...) takes (block hash, envelope) pairs")
         block_hash, envelope = record
         parts += [_hash_name(block_hash).encode() + b"\n", envelope]
-    return os.path.join(_mkdir_version(mnt, weight_version), ".put"), b"".join(parts)
+    return os.path.join(_mkdir_version(mnt, weight_version), ".put"), parts
 
 
 def publish_many(weight_version: str | None, records: Sequence[Record],
@@ -387,7 +403,7 @@ def publish_many(weight_version: str | None, records: Sequence[Record],
     results) always raises."""
     if not records:
         return []
-    path, data = _batch(weight_version, records, mount_point(mount))
+    path, parts = _batch(weight_version, records, mount_point(mount))
     what = f"batch publish of {len(records)} records"
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -395,7 +411,7 @@ def publish_many(weight_version: str | None, records: Sequence[Record],
         raise _error(e.errno, what, path) from None
     synced = 0
     try:
-        _write_all(fd, data)
+        _writev_all(fd, parts)
         try:
             os.fsync(fd)
         except OSError as e:
