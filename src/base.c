@@ -237,3 +237,20 @@ void request_text_free(struct tree *t, struct request_text *rt)
 	free(rt->text);
 	memset(rt, 0, sizeof(*rt));
 }
+
+const char *errno_name(int e)
+{
+	switch (e) {
+	case 0: return "0";
+	case EEXIST: return "EEXIST";
+	case EBADMSG: return "EBADMSG";
+	case ENOSPC: return "ENOSPC";
+	case EFBIG: return "EFBIG";
+	case ENOENT: return "ENOENT";
+	case ENFILE: return "ENFILE";
+	case ENOMEM: return "ENOMEM";
+	case EINVAL: return "EINVAL";
+	case ENODEV: return "ENODEV";
+	default: return "EIO";
+	}
+}

@@ -190,4 +190,9 @@ int version_keyonly(struct tree *t, struct version **out);
 void version_object_key(const struct version *v, const uint8_t *hash, size_t len,
 			char out[ARTFS_KEY_LEN + 1]);
 
+/* The name of errno e (positive) in the result lines of batch and publish
+ * files ("EEXIST"): those DESIGN.md gives and the few artfs adds; any
+ * other is "EIO". */
+const char *errno_name(int e);
+
 #endif

@@ -81,27 +81,11 @@ struct put {
 	size_t results_len, results_cap;
 };
 
-static const char *errno_label(int rc)
-{
-	switch (-rc) {
-	case 0: return "0";
-	case EEXIST: return "EEXIST";
-	case EBADMSG: return "EBADMSG";
-	case ENOSPC: return "ENOSPC";
-	case EFBIG: return "EFBIG";
-	case EIO: return "EIO";
-	case ENOENT: return "ENOENT";
-	case ENFILE: return "ENFILE";
-	case ENOMEM: return "ENOMEM";
-	default: return "EIO";
-	}
-}
-
 /* One record's outcome: a result line, and the batch's errno if first. */
 static int record_line(struct put *p, const char *key, int rc)
 {
 	char line[96];
-	int n = snprintf(line, sizeof(line), "%s %s\n", key, errno_label(rc));
+	int n = snprintf(line, sizeof(line), "%s %s\n", key, errno_name(-rc));
 
 	if (p->results_len + (size_t)n > p->results_cap) {
 		size_t cap = p->results_cap ? p->results_cap * 2 : 4096;

@@ -1216,20 +1216,6 @@ static int publish_keep(struct weights_rank *wr, const struct wblob *b, struct g
 	return 0;
 }
 
-static const char *errno_name(int e)
-{
-	switch (e) {
-	case EBADMSG: return "EBADMSG";
-	case EINVAL: return "EINVAL";
-	case ENOMEM: return "ENOMEM";
-	case EEXIST: return "EEXIST";
-	case ENODEV: return "ENODEV";
-	case EFBIG: return "EFBIG";
-	case ENOENT: return "ENOENT";
-	default: return "EIO";
-	}
-}
-
 static int publish_run(struct tree *t, struct publish_handle *ph)
 {
 	struct weights *w = ph->w;
