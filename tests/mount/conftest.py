@@ -140,6 +140,19 @@ def mnt(tmp_path):
     m.stop()
 
 
+def with_keys(m):
+    """m, whose daemon serves .keys/ (DESIGN.md §3.6): the key-addressed
+    tests fail, not skip, without it."""
+    assert os.path.isdir(m.path(".keys")), "the daemon serves no .keys/ directory"
+    return m
+
+
+@pytest.fixture
+def kmnt(mnt):
+    """A mount for the tests of .keys/ and the batches of DESIGN.md §3.6-§3.7."""
+    return with_keys(mnt)
+
+
 @pytest.fixture
 def make_mount(tmp_path):
     """Factory for mounts with options: make_mount(capacity="64K")."""

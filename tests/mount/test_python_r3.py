@@ -3,9 +3,8 @@ envelopes without a mount, then publish, read_r3 and materialize through a
 real one, then the batches and key-addressed reads (.keys/.put, <wv>/.put,
 .keys/.get of DESIGN.md §3.6 and §3.7).
 
-The batch tests take the `kmnt` fixture (or call require_keys): they skip,
-saying why, while the mounted daemon serves no .keys/ directory, and run
-as soon as it does."""
+The batch tests take the `kmnt` fixture (or call with_keys), which fails
+when the mounted daemon serves no .keys/ directory."""
 import errno
 import hashlib
 import json
@@ -16,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import VECTORS, flip_byte
+from conftest import VECTORS, flip_byte, with_keys
 from envelope import derive_key, encode, header_fields, pack, routed_experts
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "contrib", "python"))
@@ -24,20 +23,6 @@ import artfs  # noqa: E402
 from artfs import r3  # noqa: E402
 
 WV = "default"
-KEYS_MISSING = ("the mounted daemon serves no .keys/ yet: key-addressed access and the "
-                ".put/.get batches of DESIGN.md §3.6-§3.7 are not implemented in it")
-
-
-def require_keys(m):
-    """m, or a skip while its daemon lacks .keys/ (DESIGN.md §3.6)."""
-    if not os.path.isdir(m.path(".keys")):
-        pytest.skip(KEYS_MISSING)
-    return m
-
-
-@pytest.fixture
-def kmnt(mnt):
-    return require_keys(mnt)
 
 
 def vector_cases():
@@ -592,7 +577,7 @@ def test_every_record_commits_or_fails_on_its_own(kmnt):
 
 
 def test_batch_capacity_and_object_size(make_mount):
-    m = require_keys(make_mount(capacity="64K", max_object="40K"))
+    m = with_keys(make_mount(capacity="64K", max_object="40K"))
     small = encode(WV, "aa", routed_experts(16))                  # 6 KiB
     large = encode(WV, "bb", routed_experts(100))                 # 37.5 KiB
     huge = encode(WV, "cc", routed_experts(120))                  # 45 KiB > max_object

@@ -4,8 +4,8 @@ vllm.general_plugins entry point, against the stand-in of vLLM's artifact
 connector in vllm_standin/ (vLLM itself is not installed here).
 
 Tests that need the daemon's .keys/, .keys/.put, .keys/.get and <wv>/.put
-(DESIGN.md §3.6, §3.7) take the `kmnt` fixture or call require_keys: they
-skip, saying why, while the mounted daemon lacks .keys/."""
+(DESIGN.md §3.6, §3.7) take the `kmnt` fixture or call with_keys, which
+fails when the mounted daemon lacks .keys/."""
 import errno
 import logging
 import multiprocessing
@@ -19,7 +19,7 @@ from unittest.mock import Mock
 import numpy as np
 import pytest
 
-from conftest import VECTORS, flip_byte
+from conftest import VECTORS, flip_byte, with_keys
 from envelope import encode, routed_experts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -54,20 +54,6 @@ from vllm.distributed.artifact_connector.store import (  # noqa: E402
 )
 
 WV = "default"
-KEYS_MISSING = ("the mounted daemon serves no .keys/ yet: key-addressed access and the "
-                ".put/.get batches of DESIGN.md §3.6-§3.7 are not implemented in it")
-
-
-def require_keys(m):
-    """m, or a skip while its daemon lacks .keys/ (DESIGN.md §3.6)."""
-    if not os.path.isdir(m.path(".keys")):
-        pytest.skip(KEYS_MISSING)
-    return m
-
-
-@pytest.fixture
-def kmnt(mnt):
-    return require_keys(mnt)
 
 
 @pytest.fixture
@@ -266,7 +252,7 @@ def test_the_default_mount_is_artfs_mount(kmnt, monkeypatch):
 
 
 def test_store_capacity_failure_raises(make_mount):
-    m = require_keys(make_mount(capacity="8K"))
+    m = with_keys(make_mount(capacity="8K"))
     store = ArtfsArtifactStore(m.mountpoint)
     small = obj(WV, "aa", routed_experts(4))      # 1.5 KiB
     large = obj(WV, "bb", routed_experts(20))     # 7.5 KiB
@@ -279,7 +265,7 @@ def test_store_capacity_failure_raises(make_mount):
 
 
 def test_an_object_over_max_object_is_a_capacity_error(make_mount):
-    m = require_keys(make_mount(max_object="4K"))
+    m = with_keys(make_mount(max_object="4K"))
     with pytest.raises(ArtifactCapacityError) as e:
         ArtfsArtifactStore(m.mountpoint).put([obj(WV, "aa", routed_experts(16))])
     assert "EFBIG" in str(e.value)
@@ -297,7 +283,7 @@ def test_store_rejects_different_value_for_same_key(kmnt):
 
 
 def test_an_identical_reput_succeeds_for_any_user(make_mount):
-    m = require_keys(make_mount(allow_other=None))
+    m = with_keys(make_mount(allow_other=None))
     objects = [obj(WV, f"{i:02x}", routed_experts(4, seed=i)) for i in range(3)]
     ArtfsArtifactStore(m.mountpoint).put(objects)
     read, write = os.pipe()
