@@ -160,11 +160,11 @@ def test_register_is_turned_off_by_the_environment(connector, mnt, monkeypatch, 
     assert not [m for level, m in vllm_log if level >= logging.INFO]
 
 
-def test_register_refuses_a_daemon_without_keys(connector, mnt, monkeypatch, vllm_log):
-    if os.path.isdir(mnt.path(".keys")):
-        pytest.skip("this daemon serves .keys/")
+def test_register_refuses_a_daemon_without_keys(connector, tmp_path, monkeypatch, vllm_log):
+    # An older daemon: an artfs mount (as /proc/mounts would say) with no .keys/.
+    monkeypatch.setattr(artfs.vllm, "is_artfs_mount", lambda path: path == str(tmp_path))
     monkeypatch.delenv(artfs.vllm.DISABLE_ENV, raising=False)
-    monkeypatch.setenv("ARTFS_MOUNT", mnt.mountpoint)
+    monkeypatch.setenv("ARTFS_MOUNT", str(tmp_path))
     assert artfs.vllm.register() is False
     assert connector.LocalSharedMemoryArtifactStore is vllm_shm.LocalSharedMemoryArtifactStore
     assert any(level == logging.WARNING and "no .keys/" in m for level, m in vllm_log)
