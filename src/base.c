@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -201,6 +202,46 @@ bool transaction_memory_take(struct tree *t, uint64_t len)
 void transaction_memory_give(struct tree *t, uint64_t len)
 {
 	atomic_fetch_sub(&t->materialize_held, len);
+}
+
+int transaction_result_map(struct tree *t, struct transaction_result *r, size_t size)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t map = (size + page - 1) / page * page;
+
+	r->bytes = NULL;
+	r->len = r->map = 0;
+	if (!size)
+		return 0;
+	if (!transaction_memory_take(t, map))
+		return -EDQUOT;
+	void *p = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		transaction_memory_give(t, map);
+		return -ENOMEM;
+	}
+	r->bytes = p;
+	r->map = map;
+	return 0;
+}
+
+void transaction_result_free(struct tree *t, struct transaction_result *r)
+{
+	if (r->bytes) {
+		munmap(r->bytes, r->map);
+		transaction_memory_give(t, r->map);
+	}
+	r->bytes = NULL;
+	r->len = r->map = 0;
+}
+
+void transaction_result_slice(const struct transaction_result *r, uint64_t off, size_t size,
+			      const void **data, size_t *len)
+{
+	size_t at = off < r->len ? (size_t)off : r->len;
+
+	*data = r->bytes ? (const void *)(r->bytes + at) : (const void *)"";
+	*len = r->len - at < size ? r->len - at : size;
 }
 
 int request_text_append(struct tree *t, struct request_text *rt, uint64_t off, const void *buf,

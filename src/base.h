@@ -164,6 +164,23 @@ int version_make(struct tree *t, const char *name, struct version **out);
 bool transaction_memory_take(struct tree *t, uint64_t len);
 void transaction_memory_give(struct tree *t, uint64_t len);
 
+/* A transaction file's result (a .materialize .npy, a .get's envelopes):
+ * its own mapping, so that close gives it back to the system rather than
+ * to the heap, charged to materialize_max=. */
+struct transaction_result {
+	uint8_t *bytes;     /* NULL while nothing is mapped */
+	size_t len;         /* bytes of the result, once it is complete */
+	size_t map;         /* bytes mapped and charged */
+};
+
+/* Maps size bytes for r (nothing for 0): 0, -EDQUOT when materialize_max=
+ * has no room for them, -ENOMEM when the system has none. */
+int transaction_result_map(struct tree *t, struct transaction_result *r, size_t size);
+void transaction_result_free(struct tree *t, struct transaction_result *r);
+/* What a read of size bytes at off returns of r. */
+void transaction_result_slice(const struct transaction_result *r, uint64_t off, size_t size,
+			      const void **data, size_t *len);
+
 /* The text a transaction file's writes send (a .materialize request, the
  * keys of a .get), grown as it comes and charged to materialize_max=. */
 struct request_text {

@@ -7,7 +7,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fetch.h"
@@ -23,8 +22,7 @@ struct get {
 	struct request_text req;  /* the keys as written */
 	bool done;
 	int error;
-	uint8_t *out;             /* the envelopes, in their own mapping */
-	size_t out_len, out_map;
+	struct transaction_result out; /* the envelopes, back to back */
 };
 
 struct wanted {
@@ -168,16 +166,6 @@ static void load_one(void *ctx, size_t i)
 	w->error = object_load_envelope(l->t, w->o, l->out + w->at, (size_t)w->size);
 }
 
-static void result_free(struct tree *t, struct get *g)
-{
-	if (g->out) {
-		munmap(g->out, g->out_map);
-		transaction_memory_give(t, g->out_map);
-	}
-	g->out = NULL;
-	g->out_len = g->out_map = 0;
-}
-
 static int run(struct tree *t, struct get *g)
 {
 	uint8_t (*keys)[32] = NULL;
@@ -216,26 +204,16 @@ static int run(struct tree *t, struct get *g)
 	}
 	if (rc < 0)
 		goto out;
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	size_t map = (size_t)((total + page - 1) / page * page);
-	if (total && !transaction_memory_take(t, map)) {
+	rc = transaction_result_map(t, &g->out, (size_t)total);
+	if (rc == -EDQUOT) {
 		counter_inc(&t->metrics.materialize_refused);
 		rc = fail(-ENOMEM, "a %" PRIu64 "-byte result would exceed materialize_max=%" PRIu64,
 			  total, t->cfg->materialize_max);
+	}
+	if (rc < 0)
 		goto out;
-	}
-	if (total) {
-		g->out = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (g->out == MAP_FAILED) {
-			g->out = NULL;
-			transaction_memory_give(t, map);
-			rc = -ENOMEM;
-			goto out;
-		}
-		g->out_map = map;
-	}
 	/* Every object verified before the first byte: ENOENT, then EIO. */
-	struct loading l = { .t = t, .w = w, .out = g->out };
+	struct loading l = { .t = t, .w = w, .out = g->out.bytes };
 	parallel_for(n, 8, PARALLEL_THREADS_MAX, load_one, &l);
 	int first = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -244,13 +222,13 @@ static int run(struct tree *t, struct get *g)
 			first = e;
 	}
 	if (first) {
-		result_free(t, g);
+		transaction_result_free(t, &g->out);
 		rc = first == -ENOENT || first == -ENOMEM || first == -EMFILE || first == -ENFILE
 			     ? first : -EIO;
 		fail(rc, "%zu keys asked: not served", n);
 		goto out;
 	}
-	g->out_len = (size_t)total;
+	g->out.len = (size_t)total;
 	for (size_t i = 0; i < n; i++)
 		version_touch(w[i].o->ver);
 out:
@@ -295,8 +273,7 @@ static int get_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
 	pthread_mutex_unlock(&g->mu);
 	if (g->error)
 		return g->error;
-	*data = g->out ? g->out + (off < g->out_len ? off : g->out_len) : (const void *)"";
-	*len = off >= g->out_len ? 0 : (g->out_len - off < size ? g->out_len - (size_t)off : size);
+	transaction_result_slice(&g->out, off, size, data, len);
 	return 0;
 }
 
@@ -304,7 +281,7 @@ static void get_release(struct tree *t, struct handle *h)
 {
 	struct get *g = (struct get *)h;
 
-	result_free(t, g);
+	transaction_result_free(t, &g->out);
 	request_text_free(t, &g->req);
 	pthread_mutex_destroy(&g->mu);
 	free(g);

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fetch.h"
@@ -26,9 +25,7 @@ struct mat {
 	struct request_text req;  /* the request as written */
 	bool done;                /* the result (or error) is final */
 	int error;
-	uint8_t *out;             /* the .npy, in its own mapping */
-	size_t out_len;
-	size_t out_map;           /* bytes mapped, charged to materialize_max= */
+	struct transaction_result out; /* the .npy */
 };
 
 /* ---- the request text ---------------------------------------------------- */
@@ -413,18 +410,6 @@ static int resolve(struct tree *t, struct mat *m, const struct materialize_reque
 	return 0;
 }
 
-/* The result lives in its own mapping, so that close gives it back to the
- * system rather than to the heap. */
-static void result_free(struct tree *t, struct mat *m)
-{
-	if (m->out) {
-		munmap(m->out, m->out_map);
-		transaction_memory_give(t, m->out_map);
-	}
-	m->out = NULL;
-	m->out_len = m->out_map = 0;
-}
-
 static int run(struct tree *t, struct mat *m)
 {
 	struct materialize_request req;
@@ -501,37 +486,32 @@ static int run(struct tree *t, struct mat *m)
 		goto out;
 	}
 	size_t len = (size_t)hl + (size_t)payload;
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	size_t map = (len + page - 1) / page * page;
-	if (!transaction_memory_take(t, map)) {
+	rc = transaction_result_map(t, &m->out, len);
+	if (rc == -EDQUOT) {
 		counter_inc(&t->metrics.materialize_refused);
 		rc = fail(m, -ENOMEM, "a %zu-byte result would exceed materialize_max=%" PRIu64
 			  " (%" PRIu64 " bytes held by open .materialize files)", len,
 			  t->cfg->materialize_max, atomic_load(&t->materialize_held));
 		goto out;
 	}
-	m->out = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m->out == MAP_FAILED) {
-		m->out = NULL;
-		transaction_memory_give(t, map);
+	if (rc < 0) {
 		rc = fail(m, -ENOMEM, "no memory for a %zu-byte result", len);
 		goto out;
 	}
-	m->out_map = map;
-	memcpy(m->out, hdr, (size_t)hl);
+	memcpy(m->out.bytes, hdr, (size_t)hl);
 	uint64_t at = (uint64_t)hl;
 	for (size_t i = 0; i < req.count; i++) {
 		slots[i].at = at;
 		at += slots[i].env.payload_len;
 	}
-	j.out = m->out;
+	j.out = m->out.bytes;
 	run_pass(&j, PASS_LOAD);
 	rc = pass_error(m, &req, slots);
 	if (rc) {
-		result_free(t, m);
+		transaction_result_free(t, &m->out);
 		goto out;
 	}
-	m->out_len = len;
+	m->out.len = len;
 out:
 	for (size_t i = 0; fetched && i < req.count; i++)
 		free(fetched[i]);
@@ -600,8 +580,7 @@ static int materialize_read(struct tree *t, struct handle *h, uint64_t off, size
 	pthread_mutex_unlock(&m->mu);
 	if (m->error)
 		return m->error;
-	*data = m->out + (off < m->out_len ? off : m->out_len);
-	*len = off >= m->out_len ? 0 : (m->out_len - off < size ? m->out_len - (size_t)off : size);
+	transaction_result_slice(&m->out, off, size, data, len);
 	return 0;
 }
 
@@ -625,7 +604,7 @@ static void materialize_release(struct tree *t, struct handle *h)
 	version_touch(m->ver); /* idle time counts from the last close */
 	node_unref(&m->ver->node, 1);
 	pthread_mutex_destroy(&m->mu);
-	result_free(t, m);
+	transaction_result_free(t, &m->out);
 	request_text_free(t, &m->req);
 	free(m);
 }
