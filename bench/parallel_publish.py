@@ -17,18 +17,14 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import batch_bench as bb  # noqa: E402  (envelope, make, raw_put, clear)
+import batch_bench as bb  # noqa: E402  (make, single_publish, raw_put, clear)
 
-WV = bb.WV  # the keys of bb.make are those of this version
 
 
 def worker(mnt, raw, objs, start, done):
     start.wait()
     t = time.perf_counter()
-    for h, _, e in objs:
-        fd = os.open(os.path.join(mnt, WV, h), os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
-        os.write(fd, e)
-        os.close(fd)
+    bb.single_publish(mnt, objs)
     a = time.perf_counter() - t
     start.wait()
     t = time.perf_counter()
@@ -42,7 +38,7 @@ def main():
     per = int(sys.argv[4]) if len(sys.argv) > 4 else 500
     rounds = int(sys.argv[5]) if len(sys.argv) > 5 else 3
     os.makedirs(raw, exist_ok=True)
-    os.makedirs(os.path.join(mnt, WV), exist_ok=True)
+    os.makedirs(os.path.join(mnt, bb.WV), exist_ok=True)
     ratios, rates = [], []
     for r in range(rounds):
         bb.clear(raw)

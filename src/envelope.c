@@ -185,6 +185,11 @@ static size_t hex_value_at(const uint8_t *json, size_t len, const char *pattern)
 	return at && pos + 64 < len && hex64(json + pos) && json[pos + 64] == '"' ? pos : 0;
 }
 
+size_t envelope_sha_hex_at(const uint8_t *json, size_t len)
+{
+	return hex_value_at(json, len, "\"payload_sha256\":\"");
+}
+
 /* Why a match needs no parse: in JSON a quote inside a string is escaped,
  * so `"key":"` (a quote right after `y`) can only be a member named key
  * and the opening quote of its value; a header that parsed has no nested
@@ -196,7 +201,7 @@ static void layout_learn(struct envelope_layout *l, const uint8_t *json, size_t 
 			 const struct envelope *env)
 {
 	size_t key_at = hex_value_at(json, len, "\"key\":\"" ARTFS_KEY_PREFIX);
-	size_t sha_at = hex_value_at(json, len, "\"payload_sha256\":\"");
+	size_t sha_at = envelope_sha_hex_at(json, len);
 
 	l->len = 0;
 	if (!key_at || !sha_at)

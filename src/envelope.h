@@ -78,6 +78,11 @@ struct envelope_layout {
 	struct envelope env;
 };
 
+/* Where the 64 hex digits of payload_sha256 start in a header that parsed,
+ * when it is written plainly (`"payload_sha256":"` then the digits, no
+ * escape); 0 otherwise. */
+size_t envelope_sha_hex_at(const uint8_t *json, size_t len);
+
 /* envelope_parse_header, answered from l when the header matches its
  * layout; else parsed, and a header that parses and is written plainly
  * (no spaces or escapes around those two values) becomes l's layout. */

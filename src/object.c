@@ -105,20 +105,14 @@ int object_read_meta(struct tree *t, struct version *ver, const uint8_t *hash, s
 	return rc;
 }
 
-#define SHA_FIELD "\"payload_sha256\":\""
-
 void object_header_learn(struct tree *t, struct object *o, const uint8_t *json, size_t len)
 {
 	uint8_t digest[32];
-	const uint8_t *at = len > sizeof(SHA_FIELD) - 1 + 64
-				    ? memmem(json, len, SHA_FIELD, sizeof(SHA_FIELD) - 1) : NULL;
-	size_t pos = at ? (size_t)(at - json) + sizeof(SHA_FIELD) - 1 : 0;
+	/* Written any other way (spaces, escapes) it is not found: that
+	 * object's header is parsed at every read. */
+	size_t pos = envelope_sha_hex_at(json, len);
 
-	/* The header passed jansson and every field check: its object keys are
-	 * unique and no other value may hold a quote, so the first occurrence
-	 * of the field's name with its quotes is the field. Written any other
-	 * way (spaces, escapes) it is not found: that object is always parsed. */
-	if (!at || pos + 64 > len || pos > UINT16_MAX || atomic_load(&o->sha_at))
+	if (!pos || pos > UINT16_MAX || atomic_load(&o->sha_at))
 		return;
 	sha256_once(json, len, digest);
 	pthread_mutex_lock(&t->lock);

@@ -11,9 +11,9 @@
  * version directory, so a name in the store always holds a whole object and
  * a crash leaves nothing half-written behind. Temporary files are made apart
  * from the directories they are linked into, each thread in its own: files
- * made side by side in one directory contend for it (on tmpfs, 16 threads
- * making files in one directory took 28 us a file and slowed every link
- * into it to 20 us; in their own directories, 5 us and 2.7 us). */
+ * made side by side in one directory contend for it (on tmpfs, 15 threads
+ * making files in the directory linked into took 27 us a file and slowed
+ * every link to 20 us; each in a directory of its own, 5 us and 2.7 us). */
 #ifndef ARTFS_STORE_H
 #define ARTFS_STORE_H
 

@@ -1,6 +1,7 @@
 """Real-mount fixtures: every test gets an artfs daemon of its own (the build
 named by $ARTFS_DAEMON, normal or sanitized) on a fresh mountpoint and store."""
 import errno
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -236,3 +237,41 @@ def read_result(path):
         return "read:" + errname(e.errno)
     finally:
         os.close(fd)
+
+
+def transact(path, data):
+    """One transaction of a batch file (.put, .get, .materialize): write
+    data, fsync (its errno is in the result lines), read the result to its
+    end, close."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.write(fd, data)
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass
+        out = bytearray()
+        while True:
+            b = os.pread(fd, 1 << 20, len(out))
+            if not b:
+                return bytes(out)
+            out += b
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def run_processes(target, arglists, timeout=120):
+    """target(*args, q) in a forked process for each args, all at once;
+    returns what each put on q, once all have ended."""
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=target, args=tuple(args) + (q,)) for args in arglists]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=timeout) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    return results

@@ -2,6 +2,7 @@
 (two "nodes" on one machine) over a real Redis Cluster on 127.0.0.1
 (contrib/redis-cluster.sh: 3 masters, 1 replica each), every wait bounded."""
 import errno
+import multiprocessing
 import os
 import shutil
 import signal
@@ -11,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import Mount, publish, read_result, wait_for
+from conftest import Mount, publish, read_result, run_processes, transact, wait_for
 from envelope import derive_key, encode, npy_bytes, routed_experts
 
 WV = "rollout-7"
@@ -155,19 +156,9 @@ def test_published_on_a_readable_on_b_by_every_path(nodes):
 
 
 def put_batch(m, wv, records):
-    fd = os.open(m.path(wv, ".put"), os.O_RDWR)
-    try:
-        os.write(fd, b"".join(h.encode() + b"\n" + e for h, e in records))
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        return os.pread(fd, 1 << 16, 0).decode().split()
-    finally:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+    """<wv>/.put of (hash, envelope) records: the result lines' words."""
+    data = b"".join(h.encode() + b"\n" + e for h, e in records)
+    return transact(m.path(wv, ".put"), data).decode().split()
 
 
 def test_collisions_across_nodes(nodes):
@@ -392,24 +383,13 @@ def test_many_readers_fetch_the_same_misses_at_once(nodes):
     """Six processes on B read, by name and by key, and .get the same objects
     that only A holds: each miss is fetched, checked and cached by several
     requests at once (by name and as key-only objects gaining their name)."""
-    import multiprocessing
     a, b = nodes("a"), nodes("b")
     os.makedirs(a.path(WV), exist_ok=True)
     hashes = ["%04x" % i + "c4" * 6 for i in range(120)]
-    fd = os.open(a.path(WV, ".put"), os.O_RDWR)
-    os.write(fd, b"".join(h.encode() + b"\n" + encode(WV, h, routed_experts(2, seed=i))
-                          for i, h in enumerate(hashes)))
-    os.fsync(fd)
-    os.close(fd)
-    ctx = multiprocessing.get_context("fork")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_remote_reader, args=(b.mountpoint, WV, hashes, s, q))
-             for s in range(6)]
-    for p in procs:
-        p.start()
-    results = [q.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
+    lines = put_batch(a, WV, [(h, encode(WV, h, routed_experts(2, seed=i)))
+                              for i, h in enumerate(hashes)])
+    assert lines[1::2] == ["0"] * len(hashes)
+    results = run_processes(_remote_reader, [(b.mountpoint, WV, hashes, s) for s in range(6)])
     assert results == [(0, 0)] * 6, results
     # One object per key on B, each once in the store.
     assert b.metrics()["artfs_objects"] == len(hashes)
@@ -453,26 +433,15 @@ def test_many_batches_fetch_the_same_misses_at_once(nodes):
     served from the bytes it fetched, while the others cache the same keys
     (by name and as key-only objects gaining their name); every byte is
     compared, and B ends with one object and one file per key."""
-    import multiprocessing
     a, b = nodes("a"), nodes("b")
     os.makedirs(a.path(WV), exist_ok=True)
     os.makedirs(b.path(WV), exist_ok=True)
     hashes = ["%04x" % i + "d5" * 6 for i in range(96)]
-    fd = os.open(a.path(WV, ".put"), os.O_RDWR)
-    os.write(fd, b"".join(h.encode() + b"\n" +
-                          encode(WV, h, routed_experts(2, seed=i), source_token_start=2 * i)
-                          for i, h in enumerate(hashes)))
-    os.fsync(fd)
-    os.close(fd)
-    ctx = multiprocessing.get_context("fork")
-    q, start = ctx.Queue(), ctx.Barrier(6)
-    procs = [ctx.Process(target=_remote_batcher, args=(b.mountpoint, WV, hashes, s, start, q))
-             for s in range(6)]
-    for p in procs:
-        p.start()
-    results = [q.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
+    lines = put_batch(a, WV, [(h, encode(WV, h, routed_experts(2, seed=i), source_token_start=2 * i))
+                              for i, h in enumerate(hashes)])
+    assert lines[1::2] == ["0"] * len(hashes)
+    start = multiprocessing.get_context("fork").Barrier(6)
+    results = run_processes(_remote_batcher, [(b.mountpoint, WV, hashes, s, start) for s in range(6)])
     assert results == [(0, [])] * 6, results
     assert b.metrics()["artfs_objects"] <= len(hashes)
     files = sum(len(f) for _, _, f in os.walk(os.path.join(b.store, "v")))
