@@ -86,7 +86,6 @@ static void version_free(struct version *v)
 	if (v->dirfd >= 0)
 		close(v->dirfd);
 	free(v->objects.buckets);
-	free(v->pending.buckets);
 	free(v);
 }
 
@@ -447,21 +446,6 @@ void index_object_remove(struct index *idx, struct version *v, struct object *o)
 	}
 }
 
-int index_pending_add(struct index *idx, struct version *v, struct object *o)
-{
-	return table_insert(idx, &v->pending, o);
-}
-
-void index_pending_remove(struct index *idx, struct version *v, struct object *o)
-{
-	table_remove(idx, &v->pending, o);
-}
-
-bool index_pending_has(struct index *idx, struct version *v, const uint8_t *hash, size_t len)
-{
-	return table_find(idx, &v->pending, hash, len) != NULL;
-}
-
 void index_each_object(struct version *v, void (*fn)(void *ctx, struct object *o), void *ctx)
 {
 	struct object_table *t = &v->objects;
@@ -499,7 +483,6 @@ void index_destroy(struct index *idx)
 					if (v->dirfd >= 0)
 						close(v->dirfd);
 					free(v->objects.buckets);
-					free(v->pending.buckets);
 				}
 				free(n);
 			}

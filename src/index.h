@@ -63,7 +63,6 @@ struct version {
 	bool keyonly;             /* ".keys": the objects that have only a key (hash = key) */
 	struct weights *weights;  /* loaded weights, or NULL (tree lock) */
 	struct object_table objects;
-	struct object_table pending; /* objects being published (not referenced) */
 	uint64_t bytes;           /* committed bytes in this version */
 	uint32_t publishing;      /* publishes in flight */
 	uint32_t open_files;      /* open handles of any kind under this version */
@@ -153,12 +152,6 @@ struct object *index_key_find(struct index *idx, const uint8_t key[32]);
 int index_key_insert(struct index *idx, struct object *o);
 /* Calls fn for every committed object with a known key. */
 void index_each_key(struct index *idx, void (*fn)(void *ctx, struct object *o), void *ctx);
-
-/* Objects being published under a name that has no committed object yet:
- * while one is pending, the absence of its name must not be cached. */
-int index_pending_add(struct index *idx, struct version *v, struct object *o);
-void index_pending_remove(struct index *idx, struct version *v, struct object *o);
-bool index_pending_has(struct index *idx, struct version *v, const uint8_t *hash, size_t len);
 
 /* Calls fn for every committed object of v (tree lock held by the caller). */
 void index_each_object(struct version *v, void (*fn)(void *ctx, struct object *o), void *ctx);

@@ -26,6 +26,7 @@ struct publish {
 	struct version *ver;         /* obj->ver */
 	char name[ARTFS_HASH_HEX_MAX + 1];
 	char key[ARTFS_KEY_LEN + 1]; /* the key this path must carry */
+	uint8_t key_bin[32];         /* the same, decoded */
 	uint64_t owner;              /* file table of the last write, 0 unknown */
 	uint64_t received;
 	uint64_t total;              /* 4 + H + payload, once the header is in */
@@ -39,7 +40,6 @@ struct publish {
 	bool checked;                /* the payload hashed to payload_sha256 */
 	uint64_t npy_size;           /* what a read serves, once checked */
 	uint64_t reserved;           /* bytes of t->bytes_reserved held: those received */
-	bool pending;                /* obj is in its version's pending table */
 	bool finished;               /* result is final */
 	int result;                  /* the publish's errno, once finished */
 	int error;                   /* sticky failure before finishing */
@@ -103,13 +103,10 @@ static int fail(struct tree *t, struct publish *u, int err, const char *what)
  * later; until then their name finds them). */
 static struct object *existing(struct tree *t, struct publish *u)
 {
-	uint8_t key[32];
-
-	key_sha256_decode(u->key + sizeof(ARTFS_KEY_PREFIX) - 1, key);
 	pthread_mutex_lock(&t->lock);
 	struct object *o = index_object_find(&t->idx, u->ver, u->obj->hash, u->obj->hash_len);
 	if (!o)
-		o = index_key_find(&t->idx, key);
+		o = index_key_find(&t->idx, u->key_bin);
 	if (o)
 		node_ref(&o->node);
 	pthread_mutex_unlock(&t->lock);
@@ -173,6 +170,7 @@ int publish_begin(struct tree *t, struct object *obj, struct handle **h)
 	u->tmp.fd = -1;
 	object_name(obj, u->name);
 	version_object_key(u->ver, obj->hash, obj->hash_len, u->key);
+	key_sha256_decode(u->key + sizeof(ARTFS_KEY_PREFIX) - 1, u->key_bin);
 
 	pthread_mutex_lock(&t->lock);
 	if (u->ver->removed) { /* collected or removed since the lookup */
@@ -180,9 +178,6 @@ int publish_begin(struct tree *t, struct object *obj, struct handle **h)
 		free(u);
 		return -ENOENT;
 	}
-	/* While a name is being published its absence is not cacheable. */
-	if (index_pending_add(&t->idx, u->ver, obj) == 0)
-		u->pending = true;
 	u->ver->publishing++;
 	u->ver->open_files++;
 	t->publishing++;
@@ -199,12 +194,21 @@ int publish_begin(struct tree *t, struct object *obj, struct handle **h)
  * otherwise only asked). Bytes are reserved as they arrive, so a writer
  * that stalls after its header holds only what it sent. A full store
  * first collects the versions that have expired. */
+/* Under t->lock: n more bytes fit beside the committed ones and those of
+ * the publishes in flight. */
+static bool fits_locked(const struct tree *t, uint64_t n)
+{
+	uint64_t held = t->bytes_used + t->bytes_reserved;
+
+	return held <= t->cfg->capacity && n <= t->cfg->capacity - held;
+}
+
 static int make_room(struct tree *t, struct publish *u, uint64_t n, bool reserve)
 {
 	sizing_wait(t); /* capacity needs every stored byte counted */
 	for (int attempt = 0;; attempt++) {
 		pthread_mutex_lock(&t->lock);
-		bool fits = t->bytes_used + t->bytes_reserved + n <= t->cfg->capacity;
+		bool fits = fits_locked(t, n);
 		if (fits && reserve) {
 			t->bytes_reserved += n;
 			u->reserved += n;
@@ -444,7 +448,6 @@ static int adopt(struct tree *t, struct publish *u, struct object *old)
 	struct object *o = u->obj;
 	char from[ARTFS_HASH_HEX_MAX + 1];
 	uint64_t bytes = atomic_load(&old->file_size);
-	bool forget = false;
 	int rc;
 
 	object_name(old, from);
@@ -472,11 +475,6 @@ static int adopt(struct tree *t, struct publish *u, struct object *old)
 		 * out otherwise than this publish's (unknown: learned at a read) */
 		memcpy(o->head_digest, old->head_digest, sizeof(o->head_digest));
 		atomic_store(&o->sha_at, atomic_load(&old->sha_at));
-		forget = !u->pending;
-		if (u->pending) { /* both tables chain through o->next: out of this one first */
-			index_pending_remove(&t->idx, u->ver, o);
-			u->pending = false;
-		}
 		index_object_remove(&t->idx, old->ver, old);
 		old->ver->bytes -= bytes;
 		rc = index_object_insert(&t->idx, u->ver, o);
@@ -488,8 +486,6 @@ static int adopt(struct tree *t, struct publish *u, struct object *old)
 		}
 	}
 	pthread_mutex_unlock(&t->lock);
-	if (rc == 0 && forget) /* a lookup may have cached the name's absence */
-		expiry_forget(t, node_id(t, &u->ver->node), u->name);
 	if (rc < 0)
 		return fail(t, u, rc == -ENOMEM ? rc : -EIO, "cannot give a key-only object its name");
 	counter_inc(&t->metrics.republish_identical);
@@ -581,21 +577,14 @@ static int commit_locked(struct tree *t, struct publish *u)
 
 	struct object *o = u->obj; /* a fresh node from create, never indexed before */
 	node_ref(&o->node);
-	key_sha256_decode(u->key + sizeof(ARTFS_KEY_PREFIX) - 1, o->key);
+	memcpy(o->key, u->key_bin, sizeof(o->key));
 	o->keyed = true;
 	o->file_size = u->total;
 	atomic_store(&o->npy_size, u->npy_size);
 	atomic_store(&o->ctime_ns, (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec);
 	atomic_store(&o->verified, 1);
 
-	/* Another publish of this name held the pending entry: after it ended,
-	 * a lookup may have cached the name's absence. */
-	bool forget = !u->pending;
 	pthread_mutex_lock(&t->lock);
-	if (u->pending) { /* both tables chain through o->next */
-		index_pending_remove(&t->idx, u->ver, u->obj);
-		u->pending = false;
-	}
 	rc = index_object_insert(&t->idx, u->ver, o);
 	if (rc == 0) {
 		t->bytes_reserved -= u->reserved;
@@ -605,8 +594,6 @@ static int commit_locked(struct tree *t, struct publish *u)
 		u->ver->bytes += u->total;
 	}
 	pthread_mutex_unlock(&t->lock);
-	if (rc == 0 && forget)
-		expiry_forget(t, node_id(t, &u->ver->node), u->name);
 	node_unref(&o->node, 1);
 	if (rc < 0) {
 		store_object_remove(u->ver->dirfd, u->name);
@@ -706,8 +693,7 @@ bool publish_room_for(struct tree *t, uint64_t n)
 {
 	sizing_wait(t);
 	pthread_mutex_lock(&t->lock);
-	bool fits = t->bytes_used + t->bytes_reserved <= t->cfg->capacity &&
-		    n <= t->cfg->capacity - t->bytes_used - t->bytes_reserved;
+	bool fits = fits_locked(t, n);
 	pthread_mutex_unlock(&t->lock);
 	return fits;
 }
@@ -775,8 +761,6 @@ static void publish_release(struct tree *t, struct handle *h)
 	}
 	drop_data(t, u);
 	pthread_mutex_lock(&t->lock);
-	if (u->pending)
-		index_pending_remove(&t->idx, u->ver, u->obj);
 	u->ver->publishing--;
 	u->ver->open_files--;
 	t->publishing--;

@@ -18,8 +18,9 @@
 int publish_begin(struct tree *t, struct object *obj, struct handle **h);
 
 /* Batches: a write at offset 0 of len bytes that hold at least the whole
- * header, which the caller has parsed already (env, from these bytes by
- * envelope_parse_header): as the handle's write, without a second parse. */
+ * header, which the caller has parsed already (env, from these bytes, by
+ * envelope_parse_header or _like): as the handle's write, without a second
+ * parse. */
 int publish_write_parsed(struct tree *t, struct handle *h, const struct envelope *env,
 			 const void *buf, size_t len, uint64_t owner);
 

@@ -288,14 +288,12 @@ static int positive(struct tree *t, struct node *n, struct tree_entry *e)
 }
 
 static struct object *find_object(struct tree *t, struct version *v, const uint8_t *hash,
-				  size_t len, bool *pending)
+				  size_t len)
 {
 	pthread_mutex_lock(&t->lock);
 	struct object *o = index_object_find(&t->idx, v, hash, len);
 	if (o)
 		node_ref(&o->node);
-	else if (pending)
-		*pending = index_pending_has(&t->idx, v, hash, len);
 	pthread_mutex_unlock(&t->lock);
 	return o;
 }
@@ -370,16 +368,14 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 		}
 		if (key_hash_decode(name, hash, &len) < 0)
 			return negative(e, CACHE_FOREVER);
-		/* An absent object may be cached as absent: a publish through the
-		 * mount turns that very dentry positive with its create. Not while
-		 * the name is being published, though: a lookup then must not leave
-		 * an absence behind that outlives the commit. */
-		bool pending = false;
-		struct object *o = find_object(t, v, hash, len, &pending);
+		/* The absence of an object is never cached: a batch (.put) names
+		 * objects behind the kernel's back, and an absence cached before it
+		 * would hide the object after the batch returned. */
+		struct object *o = find_object(t, v, hash, len);
 		if (o)
 			return positive(t, &o->node, e);
 		if (!t->remote)
-			return negative(e, pending ? 0 : CACHE_FOREVER);
+			return negative(e, 0);
 		/* Not here: asked of the cluster, and never cached as absent. */
 		struct fetch_item it = { .ver = v, .hash = hash, .hash_len = len };
 		int rc = fetch_objects(t, &it, 1);
@@ -387,7 +383,7 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 			return negative(e, 0);
 		if (rc < 0)
 			return rc;
-		o = find_object(t, v, hash, len, NULL);
+		o = find_object(t, v, hash, len);
 		return o ? positive(t, &o->node, e) : negative(e, 0);
 	}
 	case NODE_KEYS_DIR: {
@@ -653,7 +649,7 @@ int tree_create(struct tree *t, struct node *parent, const char *name, int flags
 			 "(2 to 128 lowercase hex digits, even length)", v->name, name);
 		return -EINVAL;
 	}
-	o = find_object(t, v, hash, len, NULL);
+	o = find_object(t, v, hash, len);
 	if (o) {
 		node_unref(&o->node, 1);
 		if (flags & O_EXCL)

@@ -1,14 +1,13 @@
 """Key-addressed access and batches through the mount: DESIGN.md §3.6, §3.7,
 with the shell tools an operator uses and many processes at once."""
 import errno
-import multiprocessing
 import os
 import subprocess
 import time
 
 import pytest
 
-from conftest import flip_byte, publish, read_result, wait_for
+from conftest import flip_byte, publish, read_result, run_processes
 from envelope import derive_key, encode, npy_bytes, routed_experts
 
 WV = "default"
@@ -241,6 +240,23 @@ def test_a_key_only_object_laid_out_otherwise_gains_its_name_and_reads_back(mnt)
     assert read_result(mnt.path(WV, "c2")) == npy_bytes(arr)
 
 
+def test_a_name_looked_up_before_a_batch_gave_it_reads_after(mnt):
+    """A name looked up while absent, twice, and then given by a <wv>/.put
+    (a new object, or a key-only one gaining the name) reads back at once:
+    the absence of an object name is never cached by the kernel."""
+    os.makedirs(mnt.path(WV))
+    envs = {h: encode(WV, h, routed_experts(3, seed=i)) for i, h in enumerate(("c1", "c2"))}
+    assert batch(mnt.path(".keys", ".put"), envs["c2"])[0] == 0   # c2: a key only
+    for h in envs:
+        assert read_result(mnt.path(WV, h)) == "open:ENOENT"
+        assert read_result(mnt.path(WV, h)) == "open:ENOENT"
+    rc, lines = batch(mnt.path(WV, ".put"), b"".join(h.encode() + b"\n" + e for h, e in envs.items()))
+    assert rc == 0 and lines == [f"{key_hex(WV, h)} 0" for h in envs]
+    for i, h in enumerate(envs):
+        assert read_result(mnt.path(WV, h)) == npy_bytes(routed_experts(3, seed=i)), h
+        assert h in os.listdir(mnt.path(WV))
+
+
 def test_put_by_path_records_and_their_results(mnt):
     os.mkdir(mnt.path(WV))
     envs = {h: encode(WV, h, routed_experts(4, seed=i)) for i, h in enumerate(("a0", "a1", "a2"))}
@@ -295,14 +311,7 @@ def _put_get_worker(mount, seed, seconds, q):
 
 
 def test_many_processes_put_and_get_at_once(mnt):
-    ctx = multiprocessing.get_context("fork")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_put_get_worker, args=(mnt.mountpoint, s % 3, 4, q)) for s in range(6)]
-    for p in procs:
-        p.start()
-    results = [q.get(timeout=60) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
+    results = run_processes(_put_get_worker, [(mnt.mountpoint, s % 3, 4) for s in range(6)], 60)
     assert sum(d for d, _ in results) > 6
     assert sum(w for _, w in results) == 0, results
     assert mnt.metrics()["artfs_objects"] == 3 * 40
