@@ -239,6 +239,16 @@ def read_result(path):
         os.close(fd)
 
 
+def read_to_end(fd):
+    """Everything from offset 0 to EOF (transaction files are read with pread)."""
+    out = bytearray()
+    while True:
+        b = os.pread(fd, 1 << 20, len(out))
+        if not b:
+            return bytes(out)
+        out += b
+
+
 def transact(path, data):
     """One transaction of a batch file (.put, .get, .materialize): write
     data, fsync (its errno is in the result lines), read the result to its
@@ -250,12 +260,7 @@ def transact(path, data):
             os.fsync(fd)
         except OSError:
             pass
-        out = bytearray()
-        while True:
-            b = os.pread(fd, 1 << 20, len(out))
-            if not b:
-                return bytes(out)
-            out += b
+        return read_to_end(fd)
     finally:
         try:
             os.close(fd)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import flip_byte, publish, read_result, run_processes
+from conftest import flip_byte, publish, read_result, run_processes, transact
 from envelope import derive_key, encode, npy_bytes, routed_experts
 
 WV = "default"
@@ -48,17 +48,7 @@ def batch(path, data, chunk=None):
 
 
 def get(mnt, keys):
-    fd = os.open(mnt.path(".keys", ".get"), os.O_RDWR)
-    try:
-        os.write(fd, "".join(k + "\n" for k in keys).encode())
-        out = bytearray()
-        while True:
-            b = os.pread(fd, 1 << 20, len(out))
-            if not b:
-                return bytes(out)
-            out += b
-    finally:
-        os.close(fd)
+    return transact(mnt.path(".keys", ".get"), "".join(k + "\n" for k in keys).encode())
 
 
 def store_files(mnt):

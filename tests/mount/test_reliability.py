@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import stress
-from conftest import errname, publish, read_result, wait_for
+from conftest import errname, publish, read_result, read_to_end, wait_for
 from envelope import encode, npy_bytes, routed_experts
 
 WV = "default"
@@ -76,13 +76,6 @@ def _open_request(m, text):
     return fd
 
 
-def _read_npy(fd, size):
-    out = bytearray()
-    while True:
-        b = os.pread(fd, 1 << 20, len(out))
-        if not b:
-            return bytes(out)
-        out += b
 
 
 def _rss(pid):
@@ -103,7 +96,7 @@ def test_materialize_memory_is_bounded_and_given_back(make_mount):
     fds = [_open_request(m, text) for _ in range(4)]
     got = [None] * 4
     for i, fd in enumerate(fds[:3]):
-        got[i] = _read_npy(fd, len(want))
+        got[i] = read_to_end(fd)
         assert got[i] == want
     with pytest.raises(OSError) as e:
         os.pread(fds[3], 4096, 0)
@@ -121,7 +114,7 @@ def test_materialize_memory_is_bounded_and_given_back(make_mount):
         (base, held_rss, _rss(m.proc.pid))
     # And a new request is served again.
     fd = _open_request(m, text)
-    assert _read_npy(fd, len(want)) == want
+    assert read_to_end(fd) == want
     os.close(fd)
 
 
