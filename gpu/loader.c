@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,7 +29,16 @@
 #include "nccl.h"
 #include "slab.h"
 
-#define CHUNK (16u << 20)       /* bytes of one read */
+/* Bytes of one read. From memory (tmpfs, the page cache) small enough that
+ * a reader's buffer is still in the CPU's cache when the GPU reads it: from
+ * tmpfs on a 16-core H200 host, 8 GiB loaded at 23-27 GB/s with 16 MiB
+ * reads, 33-39 with 8, 45-49 with 4, 47-51 with 2 and 45-48 with 1
+ * (bench/RESULTS, 2026-12-01). From a disk, large, so that many reads are
+ * in flight; a pinned buffer holds the larger. */
+#define CHUNK_MEMORY (2u << 20)
+#define CHUNK_DISK (16u << 20)
+#define CHUNK_MIB_MAX 64
+#define RESIDENT_SAMPLES 64
 #define READERS_MIN 4
 #define READERS_MAX 32
 #define BUFS_PER_READER 3
@@ -53,6 +63,7 @@ struct loader {
 	size_t nchunks;
 	_Atomic size_t next;
 	int *fds;
+	uint64_t *chunk;           /* each file's read size */
 	/* Replicated weights: ranges of rank 0's slab waiting to be broadcast. */
 	pthread_mutex_t q_mu;
 	pthread_cond_t q_cv;
@@ -105,7 +116,58 @@ static bool cuda_ok(struct loader *ld, cudaError_t e, const char *what)
 	return false;
 }
 
-/* Splits every source rank's pieces into file ranges of at most CHUNK. */
+/* ARTFS_LOAD_CHUNK_MIB (1..64) sets the size of every read, for
+ * measuring; 0 when unset. Read once: the pool's buffers are sized by it. */
+static size_t chunk_override(void)
+{
+	static _Atomic int read;
+	static _Atomic size_t chunk;
+
+	if (atomic_load(&read))
+		return atomic_load(&chunk);
+	const char *v = getenv("ARTFS_LOAD_CHUNK_MIB");
+	char *end;
+	if (v && *v) {
+		unsigned long x = strtoul(v, &end, 10);
+		if (!*end && x >= 1 && x <= CHUNK_MIB_MAX)
+			atomic_store(&chunk, (size_t)x << 20);
+	}
+	atomic_store(&read, 1);
+	return atomic_load(&chunk);
+}
+
+/* Bytes of each pinned buffer: the largest read. */
+static size_t buffer_bytes(void)
+{
+	size_t o = chunk_override();
+
+	return o ? o : CHUNK_DISK;
+}
+
+/* Whether a file's bytes are in memory: every one of RESIDENT_SAMPLES pages
+ * spread over it is (mincore), as on tmpfs or a warm page cache. Looking
+ * maps the file but touches none of its pages. */
+static bool resident(int fd, uint64_t size)
+{
+	long page = sysconf(_SC_PAGESIZE);
+
+	if (size == 0 || page <= 0 || size > (uint64_t)SIZE_MAX)
+		return false;
+	void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED)
+		return false;
+	uint64_t pages = (size + (uint64_t)page - 1) / (uint64_t)page;
+	bool in = true;
+	for (int i = 0; i < RESIDENT_SAMPLES && in; i++) {
+		uint64_t at = pages * (uint64_t)i / RESIDENT_SAMPLES;
+		unsigned char vec = 0;
+		in = mincore((char *)map + at * (uint64_t)page, (size_t)page, &vec) == 0 && (vec & 1);
+	}
+	munmap(map, (size_t)size);
+	return in;
+}
+
+/* Splits every source rank's pieces into file ranges of at most a chunk. */
 static int plan_chunks(struct loader *ld)
 {
 	struct gpu_load *l = ld->l;
@@ -117,9 +179,10 @@ static int plan_chunks(struct loader *ld)
 		struct chunk *cur = NULL;
 		for (size_t i = 0; i < rk->npieces; i++) {
 			const struct gpu_piece *p = &rk->pieces[i];
+			const uint64_t chunk = ld->chunk[p->file];
 			uint64_t pos = p->file_offset, left = p->size;
 			while (left) {
-				if (!cur || cur->file != p->file || cur->off + cur->len != pos || cur->len == CHUNK) {
+				if (!cur || cur->file != p->file || cur->off + cur->len != pos || cur->len == chunk) {
 					if (ld->nchunks == cap) {
 						cap = cap ? cap * 2 : 256;
 						struct chunk *c = realloc(ld->chunks, cap * sizeof(*c));
@@ -130,7 +193,7 @@ static int plan_chunks(struct loader *ld)
 					cur = &ld->chunks[ld->nchunks++];
 					*cur = (struct chunk){ .file = p->file, .rank = r, .off = pos, .first = i };
 				}
-				uint64_t take = CHUNK - cur->len < left ? CHUNK - cur->len : left;
+				uint64_t take = chunk - cur->len < left ? chunk - cur->len : left;
 				cur->len += take;
 				pos += take;
 				left -= take;
@@ -271,7 +334,7 @@ static bool reader_init(struct loader *ld, struct reader *rd, int slot, bool poo
 			rd->buf[k] = pool[slot][k];
 			continue;
 		}
-		if (!cuda_ok(ld, cudaHostAlloc(&rd->buf[k], CHUNK, cudaHostAllocPortable), "cudaHostAlloc"))
+		if (!cuda_ok(ld, cudaHostAlloc(&rd->buf[k], buffer_bytes(), cudaHostAllocPortable), "cudaHostAlloc"))
 			return false;
 		if (pooled)
 			pool[slot][k] = rd->buf[k];
@@ -412,7 +475,7 @@ void loader_pool_fill(void)
 		return; /* a load has the pool: it pins what it lacks */
 	for (unsigned i = 0; i < n; i++)
 		for (int k = 0; k < BUFS_PER_READER; k++)
-			if (!pool[i][k] && cudaHostAlloc(&pool[i][k], CHUNK, cudaHostAllocPortable) != cudaSuccess) {
+			if (!pool[i][k] && cudaHostAlloc(&pool[i][k], buffer_bytes(), cudaHostAllocPortable) != cudaSuccess) {
 				pool[i][k] = NULL;
 				cudaGetLastError(); /* not sticky; the load pins its own */
 				goto done;
@@ -448,7 +511,8 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 	for (int r = 0; r < l->nranks; r++)
 		ld.slabs[r] = l->ranks[r].slab;
 	ld.fds = calloc(l->nfiles ? l->nfiles : 1, sizeof(int));
-	if (!ld.fds) {
+	ld.chunk = calloc(l->nfiles ? l->nfiles : 1, sizeof(*ld.chunk));
+	if (!ld.fds || !ld.chunk) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -468,6 +532,10 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 			goto out;
 		}
 		posix_fadvise(ld.fds[f], 0, 0, POSIX_FADV_SEQUENTIAL);
+		ld.chunk[f] = chunk_override();
+		if (!ld.chunk[f])
+			ld.chunk[f] = fstat(ld.fds[f], &st) == 0 && resident(ld.fds[f], (uint64_t)st.st_size)
+				    ? CHUNK_MEMORY : CHUNK_DISK;
 	}
 	rc = plan_chunks(&ld);
 	if (rc < 0) {
@@ -538,6 +606,7 @@ out:
 			if (ld.fds[f] >= 0)
 				close(ld.fds[f]);
 	free(ld.fds);
+	free(ld.chunk);
 	free(ld.chunks);
 	if (rc < 0)
 		gpu_unload(l);

@@ -70,7 +70,7 @@ struct weights {
 	int ranks_published;
 	double copy_seconds;         /* gpu-direct: the device copies of the last publish */
 	double open_seconds;         /* ... opening its IPC handles */
-	double alloc_seconds;        /* ... allocating its slab */
+	double alloc_seconds;        /* ... allocating its slab; a load: every rank's slab */
 	char *manifest;
 	size_t manifest_len;
 	int nranks;
@@ -510,6 +510,7 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 	w->thread_done = true; /* until the thread starts: weights_free may free */
 	w->gpu_freed = true;
 	rc = gpu_alloc(&w->load, err, sizeof(err));
+	w->alloc_seconds = (double)(now_ns() - w->started_ns) / 1e9;
 	if (rc < 0) {
 		log_warn("load %s: %s", wv, err);
 		weights_free(w);
@@ -736,6 +737,7 @@ static char *status_text(struct weights *w)
 	fprintf(f, "bytes_done = %" PRIu64 "\n", done);
 	fprintf(f, "bytes_total = %" PRIu64 "\n", w->bytes_total);
 	fprintf(f, "seconds = %.3f\n", secs);
+	fprintf(f, "alloc_seconds = %.6f\n", w->alloc_seconds);
 	fprintf(f, "rate_mb_per_s = %.1f\n", secs > 0 ? (double)done / secs / 1e6 : 0.0);
 	fprintf(f, "load_threads = %u\n", w->load.readers);
 	fprintf(f, "broadcast = %s\n", w->nranks == 1 || w->ckpt.layout != CHECKPOINT_HF ? "none"

@@ -4,12 +4,11 @@ v2; each phase timed, with the host->device, device->device and peer-to-peer
 ceilings measured in the same run. Prints a table, writes $OUT/flip-bench.json.
 
     ARTFS_FLIP_GIB="8 64"   sizes of the host-memory flips ("" for none)
-    ARTFS_FLIP_COLD=0       skip the cold-disk and page-cache loads"""
+    ARTFS_FLIP_COLD=0       skip the cold-disk and page-cache loads
+    ARTFS_FLIP_SHM=DIR      where the trainer writes (default /dev/shm/artfs-flip)"""
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,7 +22,7 @@ from conftest import GPUS, MOUNT, Daemon, artfsctl, make_checkpoint, status
 
 OUT = os.environ.get("OUT", "/tmp")
 D = 8192                      # a layer is D x D bf16: 128 MiB
-SHM = "/dev/shm/artfs-flip"
+SHM = os.environ.get("ARTFS_FLIP_SHM", "/dev/shm/artfs-flip")  # where the trainer writes
 WRITERS = 8                   # the trainer's save: layers written by 8 threads
 
 
@@ -129,6 +128,7 @@ def host_flip(gib, x):
     r["total_s"] = time.perf_counter() - t0
     st = status(f"f{gib}-v2")
     r["daemon_load_s"] = float(st["seconds"])
+    r["daemon_alloc_s"] = float(st["alloc_seconds"])
     r["bytes"] = int(st["bytes_total"])
     r["load_gbps"] = r["bytes"] / r["daemon_load_s"] / 1e9
     before = torch.cuda.mem_get_info(0)[0]
@@ -225,7 +225,7 @@ def report(res):
         rows.append(("load 8 GiB, page cache", f"{g:.1f} GB/s", f"{g / h2d:.2f}x H2D (goal >= 0.8)"))
     for k in [k for k in res if k.startswith("host_")]:
         r = res[k]
-        rows.append((f"flip {r['gib']:.0f} GiB /dev/shm: load", f"{r['load_s']:.3f} s",
+        rows.append((f"flip {r['gib']:.0f} GiB {os.path.dirname(SHM)}: load", f"{r['load_s']:.3f} s",
                      f"daemon {r['load_gbps']:.1f} GB/s = {r['load_gbps'] / h2d:.2f}x H2D (goal >= 0.8)"))
         rows.append(("  rebind / first forward", f"{r['rebind_s']:.3f} / {r['forward_s']:.3f} s",
                      f"trainer write v2 {r['trainer_write_v2_s']:.1f} s"))

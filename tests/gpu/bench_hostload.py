@@ -5,7 +5,11 @@ bytes compared with safetensors'. Each setting is a daemon of its own
 (ARTFS_LOAD_READERS; "auto" is the daemon's own choice). Prints a table,
 writes $OUT/hostload.json.
 
-    ARTFS_SWEEP="auto 8 12 16 24 32"   settings (reader threads)"""
+    ARTFS_HOSTLOAD_ONE=1               also a one-file checkpoint written as
+                                       bench_flip.py's trainer writes it, and
+                                       loads each unloaded before the next
+    ARTFS_SWEEP="auto 8 12 16 24 32"   settings: reader threads, or
+                                       threads:MiB with the read size (chunk)"""
 import json
 import os
 import time
@@ -19,9 +23,14 @@ SETTINGS = os.environ.get("ARTFS_SWEEP", "auto 8 12 16 24 32").split()
 
 
 def daemon(setting):
-    os.environ.pop("ARTFS_LOAD_READERS", None)
-    if setting != "auto":
-        os.environ["ARTFS_LOAD_READERS"] = setting
+    """setting: READERS[:CHUNK_MIB], READERS "auto" for the daemon's choice."""
+    readers, _, chunk = setting.partition(":")
+    for k in ("ARTFS_LOAD_READERS", "ARTFS_LOAD_CHUNK_MIB"):
+        os.environ.pop(k, None)
+    if readers != "auto":
+        os.environ["ARTFS_LOAD_READERS"] = readers
+    if chunk:
+        os.environ["ARTFS_LOAD_CHUNK_MIB"] = chunk
     d = Daemon().start()
     time.sleep(2.5)  # its GPU warm-up (contexts, pinned buffers), off the clock
     return d
@@ -30,8 +39,8 @@ def daemon(setting):
 def load(wv, ckpt):
     artfsctl("load", wv, ckpt, "--gpus", "0")
     st = status(wv)
-    r = {"s": float(st["seconds"]), "bytes": int(st["bytes_total"]),
-         "threads": int(st["load_threads"])}
+    r = {"s": float(st["seconds"]), "alloc_s": float(st["alloc_seconds"]),
+         "bytes": int(st["bytes_total"]), "threads": int(st["load_threads"])}
     r["gbps"] = r["bytes"] / r["s"] / 1e9
     return r
 
@@ -54,12 +63,23 @@ def main():
     hf8 = make_checkpoint("hf8", 8, "--layout", "hf", "--files", "4")
     conftest.CKPT = "/dev/shm/artfs-hostload"
     shm8 = make_checkpoint("shm8", 8, "--layout", "hf", "--files", "4", "--seed", "5")
+    one8 = None
+    if os.environ.get("ARTFS_HOSTLOAD_ONE") == "1":  # one file, written as bench_flip's trainer does
+        from bench_flip import write_checkpoint
+        one8 = "/dev/shm/artfs-hostload/one8"
+        write_checkpoint(one8, 64, 7)
     try:
         for s in SETTINGS:
             d = daemon(s)
             try:
                 warm(hf8)
                 r = {"shm": [load(f"s{i}", shm8) for i in range(3)], "cache": [load("c", hf8)]}
+                if one8:  # loaded and unloaded in turn, as in a flip
+                    for name, ck in (("one", one8), ("shm_unloaded", shm8)):
+                        r[name] = []
+                        for i in range(3):
+                            r[name].append(load(f"{name}{i}", ck))
+                            artfsctl("unload", f"{name}{i}")
                 r["same_bytes"] = compare("s2", shm8) and compare("c", hf8)
                 for i in range(3):
                     artfsctl("unload", f"s{i}")
@@ -69,7 +89,8 @@ def main():
             res["sweep"][s] = r
             print(s, json.dumps(r), flush=True)
     finally:
-        os.environ.pop("ARTFS_LOAD_READERS", None)
+        for k in ("ARTFS_LOAD_READERS", "ARTFS_LOAD_CHUNK_MIB"):
+            os.environ.pop(k, None)
         with open(os.path.join(OUT, "hostload.json"), "w") as f:
             json.dump(res, f, indent=1)
     h2d = res["h2d_gbps"]
