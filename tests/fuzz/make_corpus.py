@@ -6,7 +6,6 @@
 The seeds are committed; this script says how they were made and remakes
 them when a target's input encoding changes. The encodings are those of
 the readers in fuzz_util.c (fz_u8, fz_u16, fz_num, fz_bytes, fz_str)."""
-import hashlib
 import json
 import os
 import shutil

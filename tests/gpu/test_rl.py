@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import GPUS, HERE, MOUNT, artfsctl, engine, make_checkpoint, status
-from test_weights import finish, nvidia_used_mib, wait_for
+from test_weights import finish, wait_for
 
 CK = os.environ.get("ARTFS_CKPT", "/tmp/artfs-ckpt")
 

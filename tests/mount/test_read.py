@@ -1,8 +1,6 @@
 """Reading R3 objects: DESIGN.md §3.3 (numpy.save bytes, st_size, checksum
 before the first byte, xattrs), kernel caching, unlink, restart."""
-import io
 import os
-import struct
 import subprocess
 
 import numpy as np

@@ -5,13 +5,12 @@ import os
 import resource
 import subprocess
 import threading
-import time
 
 import numpy as np
 import pytest
 
 import stress
-from conftest import errname, publish, read_result, read_to_end, wait_for
+from conftest import publish, read_result, read_to_end, wait_for
 from envelope import encode, npy_bytes, routed_experts
 
 WV = "default"
