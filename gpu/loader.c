@@ -38,6 +38,7 @@
 #define CHUNK_MEMORY (2u << 20)
 #define CHUNK_DISK (16u << 20)
 #define CHUNK_MIB_MAX 64
+_Static_assert(CHUNK_MEMORY <= CHUNK_DISK, "a pinned buffer holds the largest read");
 #define RESIDENT_SAMPLES 64
 #define READERS_MIN 4
 #define READERS_MAX 32
@@ -120,10 +121,10 @@ static bool cuda_ok(struct loader *ld, cudaError_t e, const char *what)
  * measuring; 0 when unset. Read once: the pool's buffers are sized by it. */
 static size_t chunk_override(void)
 {
-	static _Atomic int read;
+	static _Atomic int looked;
 	static _Atomic size_t chunk;
 
-	if (atomic_load(&read))
+	if (atomic_load(&looked))
 		return atomic_load(&chunk);
 	const char *v = getenv("ARTFS_LOAD_CHUNK_MIB");
 	char *end;
@@ -132,7 +133,7 @@ static size_t chunk_override(void)
 		if (!*end && x >= 1 && x <= CHUNK_MIB_MAX)
 			atomic_store(&chunk, (size_t)x << 20);
 	}
-	atomic_store(&read, 1);
+	atomic_store(&looked, 1);
 	return atomic_load(&chunk);
 }
 
@@ -146,24 +147,31 @@ static size_t buffer_bytes(void)
 
 /* Whether a file's bytes are in memory: every one of RESIDENT_SAMPLES pages
  * spread over it is (mincore), as on tmpfs or a warm page cache. Looking
- * maps the file but touches none of its pages. */
-static bool resident(int fd, uint64_t size)
+ * maps the file but touches none of its pages. The kernel says every page
+ * is in memory when the caller could not write the file (Linux >= 5.0):
+ * then it is not asked. */
+static bool resident(int fd, const char *path)
 {
 	long page = sysconf(_SC_PAGESIZE);
+	struct stat st;
 
-	if (size == 0 || page <= 0 || size > (uint64_t)SIZE_MAX)
+	if (fstat(fd, &st) < 0 || st.st_size <= 0 || page <= 0 ||
+	    (uint64_t)st.st_size > (uint64_t)SIZE_MAX)
 		return false;
-	void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+	if (geteuid() != 0 && st.st_uid != geteuid() && faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) != 0)
+		return false;
+	size_t size = (size_t)st.st_size;
+	void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED)
 		return false;
-	uint64_t pages = (size + (uint64_t)page - 1) / (uint64_t)page;
+	uint64_t pages = ((uint64_t)size + (uint64_t)page - 1) / (uint64_t)page;
 	bool in = true;
 	for (int i = 0; i < RESIDENT_SAMPLES && in; i++) {
 		uint64_t at = pages * (uint64_t)i / RESIDENT_SAMPLES;
 		unsigned char vec = 0;
 		in = mincore((char *)map + at * (uint64_t)page, (size_t)page, &vec) == 0 && (vec & 1);
 	}
-	munmap(map, (size_t)size);
+	munmap(map, size);
 	return in;
 }
 
@@ -208,6 +216,10 @@ static bool read_chunk(struct loader *ld, const struct chunk *c, void *buf)
 	char *p = buf;
 	uint64_t done = 0;
 
+	if (c->len > buffer_bytes()) { /* never: every read size fits a buffer */
+		fail(ld, -EIO, "a read of %llu bytes exceeds its buffer", (unsigned long long)c->len);
+		return false;
+	}
 	while (done < c->len) {
 		ssize_t n = pread(ld->fds[c->file], p + done, c->len - done, (off_t)(c->off + done));
 		if (n < 0 && errno == EINTR)
@@ -510,14 +522,22 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 	}
 	for (int r = 0; r < l->nranks; r++)
 		ld.slabs[r] = l->ranks[r].slab;
+	/* Replicated onto several GPUs, every chunk is also a broadcast: those
+	 * keep the 16 MiB they were measured with (2 MiB reads were measured
+	 * onto one GPU only). */
+	const bool broadcast = l->replicated && l->nranks > 1;
 	ld.fds = calloc(l->nfiles ? l->nfiles : 1, sizeof(int));
-	ld.chunk = calloc(l->nfiles ? l->nfiles : 1, sizeof(*ld.chunk));
-	if (!ld.fds || !ld.chunk) {
+	if (!ld.fds) {
 		rc = -ENOMEM;
 		goto out;
 	}
 	for (size_t f = 0; f < l->nfiles; f++)
 		ld.fds[f] = -1;
+	ld.chunk = calloc(l->nfiles ? l->nfiles : 1, sizeof(*ld.chunk));
+	if (!ld.chunk) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	for (size_t f = 0; f < l->nfiles; f++) {
 		ld.fds[f] = open(l->paths[f], O_RDONLY | O_CLOEXEC);
 		if (ld.fds[f] < 0) {
@@ -534,8 +554,8 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 		posix_fadvise(ld.fds[f], 0, 0, POSIX_FADV_SEQUENTIAL);
 		ld.chunk[f] = chunk_override();
 		if (!ld.chunk[f])
-			ld.chunk[f] = fstat(ld.fds[f], &st) == 0 && resident(ld.fds[f], (uint64_t)st.st_size)
-				    ? CHUNK_MEMORY : CHUNK_DISK;
+			ld.chunk[f] = !broadcast && resident(ld.fds[f], l->paths[f]) ? CHUNK_MEMORY
+										   : CHUNK_DISK;
 	}
 	rc = plan_chunks(&ld);
 	if (rc < 0) {
