@@ -1,9 +1,9 @@
 #include "autoconf.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
