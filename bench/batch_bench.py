@@ -126,13 +126,18 @@ def timed(fn, *args):
     return time.perf_counter() - t
 
 
-def main():
+def setup(defaults):
+    """<mountpoint> <raw_dir> and the optional counts after them (defaults
+    where left out); both places made ready. Returns mnt, raw, *counts."""
     mnt, raw = sys.argv[1], sys.argv[2]
-    n = int(sys.argv[3]) if len(sys.argv) > 3 else 4096
-    rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 3
-    batch = int(sys.argv[5]) if len(sys.argv) > 5 else 64
+    counts = [int(sys.argv[3 + i]) if len(sys.argv) > 3 + i else d for i, d in enumerate(defaults)]
     os.makedirs(raw, exist_ok=True)
     os.makedirs(os.path.join(mnt, WV), exist_ok=True)
+    return (mnt, raw, *counts)
+
+
+def main():
+    mnt, raw, n, rounds, batch = setup((4096, 3, 64))
     rows = {k: [] for k in ("put", "get", "single publish", "single read")}
     for r in range(rounds):
         objs = make(n, 1000 + r)

@@ -17,8 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import batch_bench as bb  # noqa: E402  (make, single_publish, raw_put, clear)
-
+import batch_bench as bb  # noqa: E402  (setup, make, single_publish, raw_put, clear)
 
 
 def worker(mnt, raw, objs, start, done):
@@ -33,12 +32,7 @@ def worker(mnt, raw, objs, start, done):
 
 
 def main():
-    mnt, raw = sys.argv[1], sys.argv[2]
-    procs = int(sys.argv[3]) if len(sys.argv) > 3 else 16
-    per = int(sys.argv[4]) if len(sys.argv) > 4 else 500
-    rounds = int(sys.argv[5]) if len(sys.argv) > 5 else 3
-    os.makedirs(raw, exist_ok=True)
-    os.makedirs(os.path.join(mnt, bb.WV), exist_ok=True)
+    mnt, raw, procs, per, rounds = bb.setup((16, 500, 3))
     ratios, rates = [], []
     for r in range(rounds):
         bb.clear(raw)

@@ -150,17 +150,15 @@ static size_t buffer_bytes(void)
  * maps the file but touches none of its pages. The kernel says every page
  * is in memory when the caller could not write the file (Linux >= 5.0):
  * then it is not asked. */
-static bool resident(int fd, const char *path)
+static bool resident(int fd, const char *path, const struct stat *st)
 {
 	long page = sysconf(_SC_PAGESIZE);
-	struct stat st;
 
-	if (fstat(fd, &st) < 0 || st.st_size <= 0 || page <= 0 ||
-	    (uint64_t)st.st_size > (uint64_t)SIZE_MAX)
+	if (st->st_size <= 0 || page <= 0 || (uint64_t)st->st_size > (uint64_t)SIZE_MAX)
 		return false;
-	if (geteuid() != 0 && st.st_uid != geteuid() && faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) != 0)
+	if (geteuid() != 0 && st->st_uid != geteuid() && faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) != 0)
 		return false;
-	size_t size = (size_t)st.st_size;
+	size_t size = (size_t)st->st_size;
 	void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED)
 		return false;
@@ -546,7 +544,8 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 			goto out;
 		}
 		struct stat st;
-		if (l->sizes && (fstat(ld.fds[f], &st) < 0 || (uint64_t)st.st_size != l->sizes[f])) {
+		bool known = fstat(ld.fds[f], &st) == 0;
+		if (l->sizes && (!known || (uint64_t)st.st_size != l->sizes[f])) {
 			rc = -EINVAL;
 			snprintf(err, errlen, "%s changed since its header was checked", l->paths[f]);
 			goto out;
@@ -554,8 +553,8 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 		posix_fadvise(ld.fds[f], 0, 0, POSIX_FADV_SEQUENTIAL);
 		ld.chunk[f] = chunk_override();
 		if (!ld.chunk[f])
-			ld.chunk[f] = !broadcast && resident(ld.fds[f], l->paths[f]) ? CHUNK_MEMORY
-										   : CHUNK_DISK;
+			ld.chunk[f] = !broadcast && known && resident(ld.fds[f], l->paths[f], &st)
+					      ? CHUNK_MEMORY : CHUNK_DISK;
 	}
 	rc = plan_chunks(&ld);
 	if (rc < 0) {

@@ -190,10 +190,6 @@ int publish_begin(struct tree *t, struct object *obj, struct handle **h)
 	return 0;
 }
 
-/* Room for n more bytes under capacity= (reserve: held from now on;
- * otherwise only asked). Bytes are reserved as they arrive, so a writer
- * that stalls after its header holds only what it sent. A full store
- * first collects the versions that have expired. */
 /* Under t->lock: n more bytes fit beside the committed ones and those of
  * the publishes in flight. */
 static bool fits_locked(const struct tree *t, uint64_t n)
@@ -203,6 +199,10 @@ static bool fits_locked(const struct tree *t, uint64_t n)
 	return held <= t->cfg->capacity && n <= t->cfg->capacity - held;
 }
 
+/* Room for n more bytes under capacity= (reserve: held from now on;
+ * otherwise only asked). Bytes are reserved as they arrive, so a writer
+ * that stalls after its header holds only what it sent. A full store
+ * first collects the versions that have expired. */
 static int make_room(struct tree *t, struct publish *u, uint64_t n, bool reserve)
 {
 	sizing_wait(t); /* capacity needs every stored byte counted */

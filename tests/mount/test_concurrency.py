@@ -38,6 +38,15 @@ def read(path):
         return f.read()
 
 
+def count_failure(counts, op, e, absent):
+    """An OSError of op: an errno in absent counts as the object missing,
+    any other is an error of the test."""
+    if e.errno in absent:
+        counts["absent"] += 1
+    else:
+        counts["errors"].append((op, errno.errorcode.get(e.errno, e.errno)))
+
+
 def worker(mnt, seed, seconds, q):
     rng = random.Random(seed)
     counts = {"ops": 0, "wrong": 0, "absent": 0, "errors": []}
@@ -80,10 +89,7 @@ def worker(mnt, seed, seconds, q):
         except OSError as e:
             # Removed by another process since the lookup: ENOENT, or ESTALE
             # when it went again between the kernel's one retry and its open.
-            if e.errno in (errno.ENOENT, errno.ESTALE):
-                counts["absent"] += 1
-            else:
-                counts["errors"].append((op, errno.errorcode.get(e.errno, e.errno)))
+            count_failure(counts, op, e, (errno.ENOENT, errno.ESTALE))
     q.put(counts)
 
 
@@ -190,10 +196,7 @@ def layout_worker(mnt, seed, seconds, q):
                 if got != b"".join(envs[h] for h in hs):
                     counts["wrong"].append(("get", hs))
         except OSError as e:
-            if e.errno == errno.ENOENT:  # not published yet by anyone
-                counts["absent"] += 1
-            else:
-                counts["errors"].append((op, errno.errorcode.get(e.errno, e.errno)))
+            count_failure(counts, op, e, (errno.ENOENT,))  # not published yet by anyone
     q.put(counts)
 
 
