@@ -2,12 +2,13 @@
 process, compare with safetensors, and every error and lifetime rule."""
 import json
 import os
+import shutil
 import subprocess
 import time
 
 import pytest
 
-from conftest import GPUS, MOUNT, artfsctl, engine, make_checkpoint, status
+from conftest import BUILD, GPUS, MOUNT, artfsctl, engine, make_checkpoint, status
 
 
 def nvidia_used_mib(gpu):
@@ -121,6 +122,39 @@ def test_unload_frees_gpu_memory_after_the_last_close(daemon, hf8):
     e.stdin.flush()
     finish(e)
     assert wait_for(lambda: nvidia_used_mib(0) < still - 7 * 1024, 60), (still, nvidia_used_mib(0))
+
+
+def test_loads_side_by_side_beside_attaches(daemon, hf8):
+    """Four loads at once from separate processes, from the page cache and
+    from tmpfs (one load takes the daemon's pinned buffers, the others pin
+    their own; each file's read size follows where its pages are), while two
+    engines attach and compare a version loaded before: every version
+    byte-identical to its files."""
+    if status("hf") is None:
+        artfsctl("load", "hf", hf8, "--gpus", "0")
+    shm = "/dev/shm/artfs-gpu-side-by-side"
+    shutil.rmtree(shm, ignore_errors=True)
+    shutil.copytree(hf8, shm)
+    sources = {"side0": hf8, "side1": shm, "side2": hf8, "side3": shm}
+    try:
+        engines = [engine("compare", MOUNT, "hf", "0", hf8) for _ in range(2)]
+        loads = {wv: subprocess.Popen([os.path.join(BUILD, "artfsctl"), "-m", MOUNT, "load", wv, src,
+                                       "--gpus", "0"], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)
+                 for wv, src in sources.items()}
+        for wv, p in loads.items():
+            out, err = p.communicate(timeout=600)
+            assert p.returncode == 0, (wv, out, err)
+        for e in engines:
+            assert finish(e).startswith("OK")
+        for wv, src in sources.items():
+            st = status(wv)
+            assert st["state"] == "ready" and st["bytes_done"] == st["bytes_total"], (wv, st)
+            assert finish(engine("compare", MOUNT, wv, "0", src)).startswith("OK"), wv
+    finally:
+        for wv in sources:
+            artfsctl("unload", wv, check=False)
+        shutil.rmtree(shm, ignore_errors=True)
 
 
 @pytest.mark.skipif(GPUS < 2, reason="needs two GPUs")
