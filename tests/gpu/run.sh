@@ -2,8 +2,9 @@
 # The whole GPU check on a GPU host, from a build tree made by build.sh (or
 # $ARTFS_BUILD): mounts artfs, runs every GPU test and benchmark, prints a
 # table last, unmounts. Exit 77 where there is no GPU.
-#   ARTFS_GPU_PARTS="tests rl weights-bench flip-bench hostload-bench"  what to run
-#   (default: all but hostload-bench, the loader settings sweep)
+#   ARTFS_GPU_PARTS="tests rl weights-bench flip-bench hostload-bench disk-bench"
+#   what to run (default: all but the loader settings sweeps, hostload-bench
+#   and disk-bench)
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 : "${ARTFS_BUILD:=$top/.gpu-build}"
@@ -36,6 +37,7 @@ for part in $ARTFS_GPU_PARTS; do
 	weights-bench) "$PYTHON" "$here/bench_weights.py" 2>&1 | tee "$OUT/gpu-bench.log" || status=1 ;;
 	flip-bench) "$PYTHON" "$here/bench_flip.py" 2>&1 | tee "$OUT/flip-bench.log" || status=1 ;;
 	hostload-bench) "$PYTHON" "$here/bench_hostload.py" 2>&1 | tee "$OUT/hostload-bench.log" || status=1 ;;
+	disk-bench) "$PYTHON" "$here/bench_disk.py" 2>&1 | tee "$OUT/disk-bench.log" || status=1 ;;
 	esac
 done
 exit $status
