@@ -105,22 +105,45 @@ int object_read_meta(struct tree *t, struct version *ver, const uint8_t *hash, s
 	return rc;
 }
 
+/* Where the header's payload_sha256 is, and its digest; 0 when it is
+ * written any other way (spaces, escapes): that object's header is then
+ * parsed at every read. */
+static size_t header_digest(const uint8_t *json, size_t len, uint8_t digest[32])
+{
+	size_t pos = envelope_sha_hex_at(json, len);
+
+	if (!pos || pos > UINT16_MAX)
+		return 0;
+	sha256_once(json, len, digest);
+	return pos;
+}
+
 void object_header_learn(struct tree *t, struct object *o, const uint8_t *json, size_t len)
 {
 	uint8_t digest[32];
-	/* Written any other way (spaces, escapes) it is not found: that
-	 * object's header is parsed at every read. */
-	size_t pos = envelope_sha_hex_at(json, len);
 
-	if (!pos || pos > UINT16_MAX || atomic_load(&o->sha_at))
+	if (atomic_load(&o->sha_at))
 		return;
-	sha256_once(json, len, digest);
+	size_t pos = header_digest(json, len, digest);
+	if (!pos)
+		return;
 	pthread_mutex_lock(&t->lock);
 	if (!atomic_load_explicit(&o->sha_at, memory_order_relaxed)) {
 		memcpy(o->head_digest, digest, sizeof(o->head_digest));
 		atomic_store_explicit(&o->sha_at, (uint16_t)pos, memory_order_release);
 	}
 	pthread_mutex_unlock(&t->lock);
+}
+
+void object_header_learn_unshared(struct object *o, const uint8_t *json, size_t len)
+{
+	uint8_t digest[32];
+	size_t pos = header_digest(json, len, digest);
+
+	if (!pos)
+		return;
+	memcpy(o->head_digest, digest, sizeof(o->head_digest));
+	atomic_store_explicit(&o->sha_at, (uint16_t)pos, memory_order_release);
 }
 
 /* The checks of a header known by its digest: the bytes read back are the

@@ -32,6 +32,9 @@ int object_load_envelope(struct tree *t, struct object *o, uint8_t *dst, size_t 
  * of a publish, so that later reads of the envelope compare a digest of
  * it instead of parsing it (see struct object). */
 void object_header_learn(struct tree *t, struct object *o, const uint8_t *json, size_t len);
+/* The same for an object that no other thread can reach yet (a publish's
+ * own, before its commit indexes it): no lock. */
+void object_header_learn_unshared(struct object *o, const uint8_t *json, size_t len);
 
 /* The envelope size of a committed object (its store file's size). */
 int object_envelope_size(struct tree *t, struct object *o, uint64_t *size);

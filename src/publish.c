@@ -39,7 +39,9 @@ struct publish {
 	bool fetched;                /* the bytes came from the cluster: not written back */
 	bool checked;                /* the payload hashed to payload_sha256 */
 	uint64_t npy_size;           /* what a read serves, once checked */
-	uint64_t reserved;           /* bytes of t->bytes_reserved held: those received */
+	uint64_t reserved;           /* bytes of t->bytes_reserved held: those received,
+				      * or all of them at once (reserved_all) */
+	bool reserved_all;           /* a batch record whose bytes are all in one write */
 	bool finished;               /* result is final */
 	int result;                  /* the publish's errno, once finished */
 	int error;                   /* sticky failure before finishing */
@@ -201,7 +203,8 @@ static bool fits_locked(const struct tree *t, uint64_t n)
 
 /* Room for n more bytes under capacity= (reserve: held from now on;
  * otherwise only asked). Bytes are reserved as they arrive, so a writer
- * that stalls after its header holds only what it sent. A full store
+ * that stalls after its header holds only what it sent (a batch record
+ * buffered whole reserves all of its bytes at once). A full store
  * first collects the versions that have expired. */
 static int make_room(struct tree *t, struct publish *u, uint64_t n, bool reserve)
 {
@@ -233,8 +236,10 @@ static int no_space(struct tree *t, struct publish *u)
 
 /* The whole header is in: check it, size the object, open its file.
  * parsed: the header as the caller parsed it already (a batch), or NULL
- * to parse it from u->head. */
-static int accept_header(struct tree *t, struct publish *u, const struct envelope *parsed)
+ * to parse it from u->head; avail: bytes of the envelope the caller holds
+ * now (a batch record's all, when it is buffered whole). */
+static int accept_header(struct tree *t, struct publish *u, const struct envelope *parsed,
+			 uint64_t avail)
 {
 	char detail[256];
 	uint32_t hlen = u->env.header_len;
@@ -277,9 +282,12 @@ static int accept_header(struct tree *t, struct publish *u, const struct envelop
 		}
 	} else if (old)
 		node_unref(&old->node, 1); /* its bytes are stored: it may go before commit */
-	/* Refused at once when the whole object cannot fit now. */
-	if (make_room(t, u, u->total, false) < 0)
+	/* Refused at once when the whole object cannot fit now; a record whose
+	 * bytes are all here holds its room from now on. */
+	bool whole = avail >= u->total;
+	if (make_room(t, u, u->total, whole) < 0)
 		return no_space(t, u);
+	u->reserved_all = whole;
 	int rc = store_tmp_open(&t->store, &u->tmp);
 	if (rc < 0) {
 		int res = resource_errno(rc);
@@ -339,7 +347,7 @@ static int consume(struct tree *t, struct publish *u, uint64_t off, const uint8_
 		u->env.header_len = parsed->header_len;
 		head_len = ENVELOPE_PREFIX_LEN + (size_t)parsed->header_len;
 		u->received = head_len;
-		int rc = accept_header(t, u, parsed);
+		int rc = accept_header(t, u, parsed, n);
 		if (rc < 0)
 			return rc;
 		head = p;
@@ -371,7 +379,7 @@ static int consume(struct tree *t, struct publish *u, uint64_t off, const uint8_
 				u->env.header_len = hlen;
 				need = ENVELOPE_PREFIX_LEN + (uint64_t)hlen;
 			} else {
-				int rc = accept_header(t, u, NULL);
+				int rc = accept_header(t, u, NULL, 0);
 				if (rc < 0)
 					return rc;
 				head = u->head;
@@ -383,7 +391,8 @@ static int consume(struct tree *t, struct publish *u, uint64_t off, const uint8_
 			return 0;
 	}
 	if (head) /* checked now: later reads of the envelope compare its digest */
-		object_header_learn(t, u->obj, head + ENVELOPE_PREFIX_LEN, head_len - ENVELOPE_PREFIX_LEN);
+		object_header_learn_unshared(u->obj, head + ENVELOPE_PREFIX_LEN,
+					     head_len - ENVELOPE_PREFIX_LEN);
 	if (n > u->total - u->received) {
 		char d[128];
 		snprintf(d, sizeof(d), "more than the %" PRIu64 " bytes the header declares", u->total);
@@ -392,7 +401,7 @@ static int consume(struct tree *t, struct publish *u, uint64_t off, const uint8_
 	if (n)
 		sha256_update(&u->sha, p, n);
 	if (!u->onto_existing) {
-		if (make_room(t, u, head_len + n, true) < 0)
+		if (!u->reserved_all && make_room(t, u, head_len + n, true) < 0)
 			return no_space(t, u);
 		int rc = store_bytes(t, u, head, head_len, p, n, store_off);
 		if (rc < 0)
@@ -643,7 +652,9 @@ static int publish_finish(struct tree *t, struct handle *h)
 		rc = commit(t, u);
 		u->finished = true;
 		u->result = rc;
-		drop_data(t, u);
+		/* Its temporary file is closed at release, out of a batch's
+		 * in-order commits (put.c); the room it held is given back now. */
+		unreserve(t, u);
 	}
 	version_touch(u->ver);
 	pthread_mutex_unlock(&u->mu);

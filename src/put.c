@@ -157,16 +157,15 @@ static void stage(struct tree *t, struct put *p, struct put_rec *r)
 	r->staged = publish_check(t, r->pub, &r->to_cluster);
 }
 
-/* Commits a staged record (its publish's fsync) and writes its line. */
+/* Commits a staged record (its publish's fsync) and writes its line. Its
+ * publish is released after the flush (release_rec): records commit one
+ * at a time, and what need not be in order is kept out of that. */
 static int commit_rec(struct tree *t, struct put *p, struct put_rec *r)
 {
 	int rc = r->refused;
 
-	if (r->pub) {
+	if (r->pub)
 		rc = r->pub->ops->fsync(t, r->pub);
-		handle_put(t, r->pub);
-		r->pub = NULL;
-	}
 	return record_line(p, r->key, rc);
 }
 
@@ -183,6 +182,17 @@ struct flush {
 	_Atomic bool ready[PUT_PIPELINE];
 	int rc;                          /* the first line that could not be written */
 };
+
+static void release_rec(void *ctx, size_t i)
+{
+	struct flush *f = ctx;
+	struct put_rec *r = &f->p->queue[i];
+
+	if (r->pub) {
+		handle_put(f->t, r->pub); /* closes its temporary file */
+		r->pub = NULL;
+	}
+}
 
 static void stage_one(void *ctx, size_t i)
 {
@@ -257,6 +267,7 @@ static int flush_queue(struct tree *t, struct put *p)
 	size_t threads = publish_room_for(t, p->buf_len) ? PARALLEL_THREADS_MAX : 1;
 	parallel_for(n, PUT_PER_THREAD, threads, stage_one, &f);
 	int rc = commit_round(t, p, f.next); /* those the helpers staged last */
+	parallel_for(n, PUT_PER_THREAD, threads, release_rec, &f);
 	p->nqueued = 0;
 	p->buf_len = 0;
 	return f.rc ? f.rc : rc;

@@ -50,6 +50,8 @@ _KEY = re.compile(r"vllm-artifact/[0-9a-f]{64}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _DTYPE = re.compile(r"\|[biu]1|[<>][iu][248]|[<>]f[248]")
 _READ_CHUNK = 1 << 22
+# A result line of a batch publish: 64 hex (or "-"), a space, an errno name, "\n".
+_RESULT_LINE_MAX = 96
 _IOV_MAX = 1024  # os.writev takes at most IOV_MAX pieces (1024 on Linux)
 _ERRNO_NAMES = {name: code for code, name in errno.errorcode.items()}
 
@@ -270,10 +272,19 @@ def _writev_all(fd: int, parts: Sequence[Envelope]) -> None:
             views[i] = views[i][n:]
 
 
-def _read_all(fd: int) -> bytes:
-    """From offset 0 to EOF (transaction files are read with pread)."""
+def _read_all(fd: int, expect: int = 0) -> bytes:
+    """From offset 0 to EOF (transaction files are read with pread). With
+    expect, the bytes the caller expects at most: one read of a byte more,
+    and a shorter answer is the end (a transaction file answers a read in
+    full up to its end), so no second round trip asks for EOF."""
     chunks: list[bytes] = []
     off = 0
+    if expect:
+        b = os.pread(fd, expect + 1, 0)
+        if len(b) <= expect:
+            return b
+        chunks.append(b)
+        off = len(b)
     while True:
         b = os.pread(fd, _READ_CHUNK, off)
         if not b:
@@ -416,7 +427,7 @@ def publish_many(weight_version: str | None, records: Sequence[Record],
             os.fsync(fd)
         except OSError as e:
             synced = e.errno  # the errno of the first failing record
-        text = _read_all(fd)
+        text = _read_all(fd, (len(records) + 1) * _RESULT_LINE_MAX)
     except OSError as e:
         os.close(fd)
         raise _error(e.errno, what, path) from None
