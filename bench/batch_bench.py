@@ -15,7 +15,10 @@ the raw tmpfs store that vLLM's SHM backend uses, in one process, same data.
          .artfs/control, whose attributes are never cached)
 
 Prints objects/s of each and the ratio artfs/raw per round, then medians.
-Objects are (16, 48, 8) |u1, as in r3_bench."""
+Objects are (16, 48, 8) |u1, as in r3_bench, and start where consecutive
+16-token blocks of a request start (source_token_start 0, 16, ... 1008), so
+their headers differ in those digits as a real engine's do (before
+2026-12-02 every object started at 0)."""
 import hashlib
 import json
 import os
@@ -34,12 +37,12 @@ def key_of(wv, h):
     return hashlib.sha256(struct.pack(">Q", len(w)) + w + struct.pack(">Q", len(h)) + h).hexdigest()
 
 
-def envelope(wv, h, arr):
+def envelope(wv, h, arr, start=0):
     key = key_of(wv, h)
     header = json.dumps({
         "dtype": arr.dtype.str, "field": "routed_experts", "key": "vllm-artifact/" + key,
         "kind": "block", "payload_sha256": hashlib.sha256(arr.tobytes()).hexdigest(),
-        "schema_version": 3, "shape": list(arr.shape), "source_token_start": 0,
+        "schema_version": 3, "shape": list(arr.shape), "source_token_start": start,
     }, sort_keys=True, separators=(",", ":")).encode()
     return key, struct.pack("<I", len(header)) + header + arr.tobytes()
 
@@ -47,10 +50,10 @@ def envelope(wv, h, arr):
 def make(n, seed):
     rng = np.random.default_rng(seed)
     out = []
-    for _ in range(n):
+    for i in range(n):
         h = rng.bytes(32)
         arr = rng.integers(0, 256, size=(16, 48, 8), dtype=np.uint8)
-        k, e = envelope(WV, h, arr)
+        k, e = envelope(WV, h, arr, (i % 64) * 16)
         out.append((h.hex(), k, e))
     return out
 

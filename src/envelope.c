@@ -190,18 +190,40 @@ size_t envelope_sha_hex_at(const uint8_t *json, size_t len)
 	return hex_value_at(json, len, "\"payload_sha256\":\"");
 }
 
+/* Where the digits of source_token_start's value begin, and how many
+ * there are (*digits), when it is written plainly as a run of digits;
+ * 0 otherwise. */
+static size_t start_value_at(const uint8_t *json, size_t len, size_t *digits)
+{
+	static const char pattern[] = "\"source_token_start\":";
+	const uint8_t *at = memmem(json, len, pattern, sizeof(pattern) - 1);
+	size_t pos = at ? (size_t)(at - json) + sizeof(pattern) - 1 : 0, n = 0;
+
+	while (at && pos + n < len && json[pos + n] >= '0' && json[pos + n] <= '9')
+		n++;
+	*digits = n;
+	return n ? pos : 0;
+}
+
 /* Why a match needs no parse: in JSON a quote inside a string is escaped,
  * so `"key":"` (a quote right after `y`) can only be a member named key
  * and the opening quote of its value; a header that parsed has no nested
- * objects and no duplicate member, so that is the key field. Hex digits
- * in place of hex digits, inside a string with no escape, leave every
- * token where it was: the same JSON with those two strings changed, and
- * both still 64 lowercase hex digits. */
+ * objects, no duplicate member and no member but the known ones (whose
+ * string values hold no quote), so that is the key field, and likewise
+ * `"source_token_start":` is that member. Hex digits in place of hex
+ * digits, inside a string with no escape, leave every token where it was:
+ * the same JSON with those two strings changed, and both still 64
+ * lowercase hex digits. A JSON integer (digits, no leading zero) in place
+ * of the integer that was source_token_start's whole value, the same
+ * bytes on either side of it, is the same JSON with that value changed.
+ * Its digits are looked at only after both hex runs, so that these stay
+ * where they were. */
 static void layout_learn(struct envelope_layout *l, const uint8_t *json, size_t len,
 			 const struct envelope *env)
 {
 	size_t key_at = hex_value_at(json, len, "\"key\":\"" ARTFS_KEY_PREFIX);
 	size_t sha_at = envelope_sha_hex_at(json, len);
+	size_t digits, start_at = start_value_at(json, len, &digits);
 
 	l->len = 0;
 	if (!key_at || !sha_at)
@@ -209,26 +231,65 @@ static void layout_learn(struct envelope_layout *l, const uint8_t *json, size_t 
 	memcpy(l->json, json, len);
 	l->key_at = key_at;
 	l->sha_at = sha_at;
+	bool after = start_at > key_at + 64 && start_at > sha_at + 64;
+	l->start_at = after ? start_at : 0;
+	l->start_len = after ? digits : 0;
 	l->env = *env;
 	l->len = len;
 }
 
-static bool layout_match(const struct envelope_layout *l, const uint8_t *json, size_t len)
+/* Digits that JSON reads as an integer that jansson holds (no leading
+ * zero; at most 18 digits, below 2^63): 0 when not, else 1 and *value. */
+#define START_DIGITS_MAX 18
+static bool start_digits(const uint8_t *p, size_t n, uint64_t *value)
+{
+	uint64_t v = 0;
+
+	if (n == 0 || n > START_DIGITS_MAX || (n > 1 && p[0] == '0'))
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return false;
+		v = v * 10 + (uint64_t)(p[i] - '0');
+	}
+	*value = v;
+	return true;
+}
+
+/* Whether json is l's layout; *start: its source_token_start. */
+static bool layout_match(const struct envelope_layout *l, const uint8_t *json, size_t len,
+			 uint64_t *start)
 {
 	size_t a = l->key_at < l->sha_at ? l->key_at : l->sha_at;
 	size_t b = l->key_at < l->sha_at ? l->sha_at : l->key_at;
+	/* bytes after the second hex run that must equal the learnt ones:
+	 * up to source_token_start's digits when they may differ, else all */
+	size_t mid_end = l->start_len ? l->start_at : l->len;
 
-	return len == l->len && memcmp(json, l->json, a) == 0 && hex64(json + a) &&
+	*start = l->env.source_token_start;
+	if (l->start_len) {
+		size_t tail = l->len - l->start_at - l->start_len; /* the bytes after the digits */
+		if (len < l->start_at + tail || len - l->start_at - tail > START_DIGITS_MAX ||
+		    memcmp(json + len - tail, l->json + l->len - tail, tail) != 0 ||
+		    !start_digits(json + l->start_at, len - l->start_at - tail, start))
+			return false;
+	} else if (len != l->len)
+		return false;
+	return memcmp(json, l->json, a) == 0 && hex64(json + a) &&
 	       memcmp(json + a + 64, l->json + a + 64, b - a - 64) == 0 && hex64(json + b) &&
-	       memcmp(json + b + 64, l->json + b + 64, len - b - 64) == 0;
+	       memcmp(json + b + 64, l->json + b + 64, mid_end - b - 64) == 0;
 }
 
 enum envelope_error envelope_parse_header_like(struct envelope_layout *l, const uint8_t *json,
 					       size_t len, struct envelope *env, char *detail,
 					       size_t dlen)
 {
-	if (l->len && layout_match(l, json, len)) {
+	uint64_t start;
+
+	if (l->len && layout_match(l, json, len, &start)) {
 		*env = l->env;
+		env->header_len = (uint32_t)len;
+		env->source_token_start = start;
 		memcpy(env->key + sizeof(ARTFS_KEY_PREFIX) - 1, json + l->key_at, 64);
 		char sha[65];
 		memcpy(sha, json + l->sha_at, 64);

@@ -68,13 +68,17 @@ enum envelope_error envelope_parse_header(const uint8_t *json, size_t len, struc
 
 /* The layout of a header parsed before, to recognize the headers that
  * differ from it only in the 64 hex digits of their key and of their
- * payload_sha256 (one encoder writes every header of a batch). Such a
- * header says what the learnt one says but for those two values, so it
- * needs no JSON parse. Zeroed: nothing learnt. */
+ * payload_sha256, and in the digits of source_token_start when it comes
+ * after both (one encoder writes every header of a batch, and the blocks
+ * of a request differ in where they start). Such a header says what the
+ * learnt one says but for those values, so it needs no JSON parse.
+ * Zeroed: nothing learnt. */
 struct envelope_layout {
 	uint8_t json[ARTFS_ENVELOPE_HEADER_MAX];
 	size_t len;                   /* 0: nothing learnt */
 	size_t key_at, sha_at;        /* where the two runs of hex digits begin */
+	size_t start_at, start_len;   /* source_token_start's digits; start_len 0:
+				       * not after both runs, never different */
 	struct envelope env;
 };
 

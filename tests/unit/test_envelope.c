@@ -117,6 +117,11 @@ static const struct {
 		{ "[16,61,8]", "{\"0\":16}", ENVELOPE_SHAPE },
 		{ "\"source_token_start\":0", "\"source_token_start\":-1", ENVELOPE_TOKEN_START },
 		{ "\"source_token_start\":0", "\"source_token_start\":0.0", ENVELOPE_TOKEN_START },
+		{ "\"source_token_start\":0", "\"source_token_start\":1e3", ENVELOPE_TOKEN_START },
+		{ "\"source_token_start\":0", "\"source_token_start\":016", ENVELOPE_JSON },
+		{ "\"source_token_start\":0", "\"source_token_start\":99999999999999999999", ENVELOPE_JSON },
+		{ "\"source_token_start\":0", "\"source_token_start\":\"16\"", ENVELOPE_TOKEN_START },
+		{ "\"source_token_start\":0}", "\"source_token_start\":16}x", ENVELOPE_JSON },
 		{ "6580789f", "6580789F", ENVELOPE_CHECKSUM_FORMAT },
 		{ "6580789f", "658078", ENVELOPE_CHECKSUM_FORMAT },
 		{ "\"kind\":\"block\",", "", ENVELOPE_FIELDS },
@@ -165,8 +170,9 @@ static void assert_same_parse(const char *json, const struct envelope *got)
 }
 
 /* A header laid out as the one before (only the key's and payload_sha256's
- * hex digits differ) is answered without a parse; every other header is
- * parsed, and every answer is the parser's. */
+ * hex digits differ, and source_token_start's digits) is answered without
+ * a parse; every other header is parsed, and every answer is the
+ * parser's. */
 START_TEST(layout_fast_path_agrees_with_the_parser)
 {
 	struct envelope_layout l = { 0 };
@@ -186,6 +192,41 @@ START_TEST(layout_fast_path_agrees_with_the_parser)
 	ck_assert_str_eq(env.key, "vllm-artifact/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
 	ck_assert_uint_eq(env.payload_sha256[0], 0xff);
 	ck_assert_uint_eq(env.payload_sha256[3], 0xee);
+	/* other starts, of other lengths: the fast path (nothing learnt anew),
+	 * the parser's answer */
+	static const char *starts[] = { "16", "7", "112", "4096", "123456789012345678" };
+	for (size_t i = 0; i < sizeof(starts) / sizeof(starts[0]); i++) {
+		char from[64], to[64];
+		snprintf(to, sizeof(to), "\"source_token_start\":%s}", starts[i]);
+		snprintf(from, sizeof(from), "\"source_token_start\":0}");
+		const char *h = variant(from, to);
+		ck_assert_int_eq(parse_like(&l, h, &env), ENVELOPE_OK);
+		assert_same_parse(h, &env);
+		ck_assert_uint_eq(env.source_token_start, strtoull(starts[i], NULL, 10));
+		ck_assert_uint_eq(env.header_len, strlen(h));
+		ck_assert_uint_eq(l.len, strlen(good_header));
+	}
+	/* 19 digits: the parser's (still an integer jansson holds) */
+	const char *big = variant("\"source_token_start\":0}", "\"source_token_start\":1234567890123456789}");
+	ck_assert_int_eq(parse_like(&l, big, &env), ENVELOPE_OK);
+	assert_same_parse(big, &env);
+	ck_assert_uint_eq(env.source_token_start, 1234567890123456789ull);
+	ck_assert_int_eq(parse_like(&l, good_header, &env), ENVELOPE_OK);
+	ck_assert_uint_eq(env.source_token_start, 0);
+	/* learnt with source_token_start before the hex runs: its digits must
+	 * be the learnt ones (parsed otherwise, answered the same) */
+	struct envelope_layout first = { 0 };
+	char early[4096], early2[4096];
+	snprintf(early, sizeof(early), "{\"source_token_start\":5,%s", good_header + 1);
+	char *tail = strstr(early, ",\"source_token_start\":0}");
+	strcpy(tail, "}");
+	ck_assert_int_eq(parse_like(&first, early, &env), ENVELOPE_OK);
+	ck_assert_uint_eq(first.start_len, 0);
+	snprintf(early2, sizeof(early2), "%s", early);
+	early2[strlen("{\"source_token_start\":")] = '6';
+	ck_assert_int_eq(parse_like(&first, early2, &env), ENVELOPE_OK);
+	assert_same_parse(early2, &env);
+	ck_assert_uint_eq(env.source_token_start, 6);
 	/* another value of the same length elsewhere: parsed */
 	ck_assert_int_eq(parse_like(&l, variant("[16,61,8]", "[16,62,8]"), &env), ENVELOPE_OK);
 	ck_assert_uint_eq(env.array.shape[1], 62);
