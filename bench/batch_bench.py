@@ -10,6 +10,9 @@ the raw tmpfs store that vLLM's SHM backend uses, in one process, same data.
   get   artfs: one .keys/.get of `batch` keys (open, write keys, read all, close)
         raw:   per object: open, read, close, parse the header, check the key,
                sha256 of the payload
+  vllm put: what an engine calls: artfs.vllm.ArtfsArtifactStore.put of
+        `batch` objects (its checks of keys and headers, then one .keys/.put),
+        against raw put of the same objects
   single: the same per object through <mnt>/<wv>/<hash> (publish, read .npy)
   null:  one FUSE round trip that the daemon answers at once (stat of
          .artfs/control, whose attributes are never cached)
@@ -28,6 +31,9 @@ import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "contrib", "python"))
+from artfs.vllm import ArtfsArtifactStore  # noqa: E402
 
 WV = "bench"
 
@@ -80,6 +86,19 @@ def artfs_get(mnt, objs, batch):
         got = os.pread(fd, want + 1, 0)
         os.close(fd)
         assert len(got) == want
+
+
+class _Object:
+    __slots__ = ("key", "payload")
+
+    def __init__(self, key, payload):
+        self.key, self.payload = key, payload
+
+
+def vllm_put(store, objs, batch):
+    items = [_Object("vllm-artifact/" + k, e) for _, k, e in objs]
+    for i in range(0, len(items), batch):
+        store.put(items[i:i + batch])
 
 
 def raw_put(raw, objs):
@@ -142,26 +161,31 @@ def setup(defaults):
 
 def main():
     mnt, raw, n, rounds, batch = setup((4096, 3, 64))
-    rows = {k: [] for k in ("put", "get", "single publish", "single read")}
+    rows = {k: [] for k in ("put", "get", "vllm put", "single publish", "single read")}
+    store = ArtfsArtifactStore(mnt)
     for r in range(rounds):
         objs = make(n, 1000 + r)
         single = make(n, 5000 + r)
+        engine = make(n, 9000 + r)
         clear(raw)
         a_put = timed(artfs_put, mnt, objs, batch)
         r_put = timed(raw_put, raw, objs)
         a_get = timed(artfs_get, mnt, objs, batch)
         r_get = timed(raw_get, raw, objs)
         clear(raw)
+        a_vput = timed(vllm_put, store, engine, batch)
+        r_vput = timed(raw_put, raw, engine)
+        clear(raw)
         a_pub = timed(single_publish, mnt, single)
         r_pub = timed(raw_put, raw, single)
         a_rd = timed(single_read, mnt, single)
         r_rd = timed(raw_get, raw, single)
-        for name, a, b in (("put", a_put, r_put), ("get", a_get, r_get),
+        for name, a, b in (("put", a_put, r_put), ("get", a_get, r_get), ("vllm put", a_vput, r_vput),
                            ("single publish", a_pub, r_pub), ("single read", a_rd, r_rd)):
             rows[name].append((n / a, n / b))
             print(f"round {r}: {name:15s} artfs {n / a:9.0f} obj/s  raw {n / b:9.0f} obj/s"
                   f"  ratio {b / a:5.2f}")
-        for h, _, _ in objs + single:
+        for h, _, _ in objs + single + engine:
             for p in (os.path.join(mnt, ".keys", key_of(WV, bytes.fromhex(h))),):
                 try:
                     os.unlink(p)

@@ -191,6 +191,38 @@ def test_decode_envelope_rejects_what_the_daemon_rejects(case):
     assert isinstance(e.value, ValueError) and e.value.errno == errno.EBADMSG
 
 
+def test_a_batch_layout_answers_as_the_parser_with_one_parse(monkeypatch):
+    """ArtfsArtifactStore.put checks each header's key through r3._Layout:
+    headers laid out alike are answered from the first one's layout (keys,
+    checksums and starts differ), every answer is the parser's."""
+    real = r3._parse_header
+    calls = []
+    monkeypatch.setattr(r3, "_parse_header", lambda *a: calls.append(a) or real(*a))
+    envs = [encode(WV, "%02x" % i, routed_experts(16, seed=i), source_token_start=16 * i)
+            for i in range(80)]                                   # starts of 1 to 4 digits
+    layout = r3._Layout()
+    assert [layout.key_of(e) for e in envs] == [derive_key(WV, "%02x" % i) for i in range(80)]
+    assert len(calls) == 1
+
+    def answer(how, env):
+        try:
+            return how(env)
+        except artfs.EnvelopeError as e:
+            return type(e)
+    good = envs[3]
+    head = good[4:4 + struct.unpack_from("<I", good)[0]]
+    starts = [head.replace(b'"source_token_start":48', b'"source_token_start":' + d)
+              for d in (b"016", b"-1", b"1e3", b"0.0", b"48 ", b"99999999999999999999",
+                        b"123456789012345678", b"1234567890123456789")]
+    damaged = list(DAMAGED.values()) + [pack(h, good[4 + len(head):]) for h in starts] + [
+        pack(head.replace(b'"key":"vllm-artifact/', b'"key":"vllm-artifact/A')[:-1], b""),
+        pack(head.replace(b'"kind":"block"', b'"kind":"tail"'), good[4 + len(head):])]
+    for i, env in enumerate(damaged):
+        layout = r3._Layout()
+        layout.key_of(good)
+        assert answer(layout.key_of, env) == answer(lambda e: real(e)[0]["key"], env), i
+
+
 def test_back_to_back_envelopes_split_at_their_own_lengths():
     envs = [vector(c["name"], "envelope") for c in vector_cases()]
     got = r3._split_envelopes(b"".join(envs))

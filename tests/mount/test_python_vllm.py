@@ -10,6 +10,7 @@ import errno
 import logging
 import multiprocessing
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -327,6 +328,27 @@ def test_put_refuses_what_artfs_cannot_hold(kmnt):
         store.get([good.key])
     with pytest.raises(ArtifactNotFoundError, match="does not exist"):
         store.get(["missing"])
+
+
+def test_put_checks_every_header_of_a_batch_laid_out_alike(kmnt):
+    """The headers after the first are checked against its layout: one
+    that JSON cannot read (a start with a leading zero) or that carries
+    another key still refuses the whole put, and nothing is sent."""
+    store = ArtfsArtifactStore(kmnt.mountpoint)
+    good = [obj(WV, "%02x" % i, routed_experts(16, seed=i), start=16 * i) for i in range(8)]
+    env = bytearray(good[5].payload)
+    h = struct.unpack_from("<I", env)[0]
+    head = bytes(env[4:4 + h]).replace(b'"source_token_start":80', b'"source_token_start":080')
+    bad = ArtifactObject(good[5].key, struct.pack("<I", len(head)) + head + bytes(env[4 + h:]))
+    with pytest.raises(ArtifactCorruptionError, match="not a schema-3 envelope"):
+        store.put(good[:5] + [bad] + good[6:])
+    other = ArtifactObject(good[6].key, good[7].payload)
+    with pytest.raises(ArtifactCorruptionError, match="holds the envelope of"):
+        store.put(good[:6] + [other])
+    with pytest.raises(ArtifactNotFoundError):
+        store.get([good[0].key])
+    store.put(good)
+    assert store.get([o.key for o in good]) == [o.payload for o in good]
 
 
 def test_a_damaged_object_fails_closed(kmnt):

@@ -159,6 +159,58 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+class _Layout:
+    """The key of each header of a batch, checked as _parse_header checks
+    it, with one JSON parse for headers laid out alike (as the daemon's
+    envelope_layout does): a header whose bytes are those of one that
+    parsed but for the 64 hex digits of its key and of payload_sha256, and
+    the digits of source_token_start when they come after both, is that
+    same valid JSON with those values changed. Quotes inside JSON strings
+    are escaped, and a header that parsed has only the known members, whose
+    strings hold no quote: `"key":"` can only open the key's value. The
+    layout is one regular expression of the header that parsed."""
+
+    _HEX = rb"[0-9a-f]{64}"
+    _DIGITS = rb"(?:0|[1-9][0-9]{0,17})"  # an integer JSON and the daemon both read
+
+    def __init__(self) -> None:
+        self.pattern: re.Pattern[bytes] | None = None
+
+    def key_of(self, data: Envelope) -> str:
+        """The key in the envelope's header; EnvelopeError as _parse_header."""
+        view = memoryview(data)
+        if self.pattern is not None and len(view) >= _U32.size:
+            (h,) = _U32.unpack_from(view, 0)
+            if h <= HEADER_MAX and len(view) - _U32.size >= h:
+                m = self.pattern.fullmatch(bytes(view[_U32.size:_U32.size + h]))
+                if m:
+                    return "vllm-artifact/" + m.group("key").decode()
+        parsed, start, _ = _parse_header(view)
+        self.pattern = self._learn(bytes(view[_U32.size:start]))
+        return parsed["key"]
+
+    @classmethod
+    def _learn(cls, header: bytes) -> re.Pattern[bytes] | None:
+        runs = []
+        for name, opening in ((b"key", b'"key":"vllm-artifact/'), (b"sha", b'"payload_sha256":"')):
+            at = header.find(opening)
+            pos = at + len(opening)
+            if at < 0 or not re.fullmatch(cls._HEX, header[pos:pos + 64]) or header[pos + 64:pos + 65] != b'"':
+                return None
+            runs.append((pos, pos + 64, b"(?P<key>" + cls._HEX + b")" if name == b"key" else cls._HEX))
+        runs.sort()
+        at = header.find(b'"source_token_start":')
+        pos = at + len(b'"source_token_start":')
+        digits = re.match(rb"[0-9]+", header[pos:]) if at >= 0 else None
+        if digits and pos > runs[-1][1]:
+            runs.append((pos, pos + digits.end(), cls._DIGITS))
+        pattern, last = b"", 0
+        for begin, end, value in runs:
+            pattern += re.escape(header[last:begin]) + value
+            last = end
+        return re.compile(pattern + re.escape(header[last:]), re.DOTALL)
+
+
 def _parse_header(data: Envelope, offset: int = 0) -> tuple[dict[str, Any], int, int]:
     """The header of the envelope at offset, validated as DESIGN.md §3.1
     says: (header, payload offset, payload length)."""

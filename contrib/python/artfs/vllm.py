@@ -147,6 +147,14 @@ class ArtfsArtifactStore(ArtfsArtifactReader):
     re-put succeeds, for any user; the same key with other content is a
     collision (ArtifactCorruptionError)."""
 
+    # The layout of the headers put before: headers laid out alike (an
+    # engine's encoder writes them all) are checked without a JSON parse.
+    _layout: r3._Layout
+
+    def __init__(self, mount: str | None = None) -> None:
+        super().__init__(mount)
+        self._layout = r3._Layout()
+
     def put(self, objects: Sequence[_Object]) -> None:
         """Publishes objects in one .keys/.put transaction; the first
         failure raises. Keys and envelope headers are checked first, so a
@@ -156,12 +164,13 @@ class ArtfsArtifactStore(ArtfsArtifactReader):
         objects = list(objects)
         if not objects:
             return
+        layout = self._layout
         for obj in objects:
             if not isinstance(obj.key, str) or not _KEY.fullmatch(obj.key):
                 raise ArtifactCorruptionError(
                     f"artifact object key {obj.key!r} is not \"vllm-artifact/\" + 64 hex digits")
             try:
-                inside = r3._parse_header(obj.payload)[0]["key"]
+                inside = layout.key_of(obj.payload)
             except r3.EnvelopeError as e:
                 raise ArtifactCorruptionError(
                     f"artifact object {obj.key} is not a schema-3 envelope: {e}") from e
