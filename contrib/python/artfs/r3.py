@@ -178,13 +178,13 @@ class _Layout:
 
     def key_of(self, data: Envelope) -> str:
         """The key in the envelope's header; EnvelopeError as _parse_header."""
-        view = memoryview(data)
-        if self.pattern is not None and len(view) >= _U32.size:
-            (h,) = _U32.unpack_from(view, 0)
-            if h <= HEADER_MAX and len(view) - _U32.size >= h:
-                m = self.pattern.fullmatch(bytes(view[_U32.size:_U32.size + h]))
+        if self.pattern is not None and len(data) >= _U32.size:
+            (h,) = _U32.unpack_from(data, 0)
+            if h <= HEADER_MAX and len(data) - _U32.size >= h:
+                m = self.pattern.fullmatch(data, _U32.size, _U32.size + h)
                 if m:
                     return "vllm-artifact/" + m.group("key").decode()
+        view = memoryview(data)
         parsed, start, _ = _parse_header(view)
         self.pattern = self._learn(bytes(view[_U32.size:start]))
         return parsed["key"]
@@ -416,9 +416,16 @@ def publish(weight_version: str, block_hash: BlockHash, envelope: Envelope,
         raise _error(e.errno, what, path) from None
 
 
+_RESULT_LINE = re.compile(r"([0-9a-f]{64}) 0")  # the line of a record that committed
+
+
 def _parse_results(text: bytes, path: str) -> list[PutResult]:
     results = []
     for line in text.decode("ascii", "replace").splitlines():
+        ok = _RESULT_LINE.fullmatch(line)
+        if ok:
+            results.append(PutResult(KEY_PREFIX + ok.group(1), 0))
+            continue
         fields = line.split()
         if not fields:
             continue
