@@ -172,7 +172,10 @@ int publish_begin(struct tree *t, struct object *obj, struct handle **h)
 	u->tmp.fd = -1;
 	object_name(obj, u->name);
 	version_object_key(u->ver, obj->hash, obj->hash_len, u->key);
-	key_sha256_decode(u->key + sizeof(ARTFS_KEY_PREFIX) - 1, u->key_bin);
+	if (u->ver->keyonly && obj->hash_len == 32) /* a key-only object's hash is its key */
+		memcpy(u->key_bin, obj->hash, 32);
+	else
+		key_sha256_decode(u->key + sizeof(ARTFS_KEY_PREFIX) - 1, u->key_bin);
 
 	pthread_mutex_lock(&t->lock);
 	if (u->ver->removed) { /* collected or removed since the lookup */
