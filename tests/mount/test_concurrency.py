@@ -1,13 +1,17 @@
 """The paths added for keys and batches, driven by many processes at once
 (run against the normal daemon and its ASan/UBSan build): publishes by key
 and by path of the same objects (a key-only object gaining its name),
-reads by name and by key, .get, .materialize and unlink beside them; and
-batches whose headers are laid out in several ways. Every byte read is
+reads by name and by key, .get, .materialize and unlink beside them;
+batches whose headers are laid out in several ways; and artfs.vllm's
+store and reader from several threads of each process. Every byte read is
 compared; the only refusal allowed is the absence of an object that
 another process may just have removed (where nothing is removed, none)."""
 import errno
+import json
 import os
 import random
+import sys
+import threading
 import time
 
 import numpy as np
@@ -15,6 +19,7 @@ import numpy as np
 from conftest import run_processes, transact
 from envelope import derive_key, encode, header_fields, npy_bytes, pack, routed_experts
 
+PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "contrib", "python")
 WV = "conc"
 POOL = ["%02x" % i * 4 for i in range(24)]          # published, read and removed
 STEADY = ["%02x" % (0xa0 + i) * 4 for i in range(4)]  # a request, never removed
@@ -226,3 +231,107 @@ def test_batches_of_mixed_header_layouts_from_many_processes(mnt):
     assert m["artfs_objects"] == len(GOOD) and m["artfs_bytes_reserved"] == 0, m
     assert sum(len(f) for _, _, f in os.walk(os.path.join(mnt.store, "v"))) == len(GOOD)
     assert sum(len(f) for _, _, f in os.walk(os.path.join(mnt.store, "tmp"))) == 0
+
+
+# What an engine calls: artfs.vllm.ArtfsArtifactStore.put (its header checks
+# answered from the layout of the headers before, kept by the store and
+# shared by the threads that use it) beside ArtfsArtifactReader.get, from
+# many processes of two threads each. Objects start where a request's
+# blocks start (other digits), come in three header lengths, some written
+# with spaces (checked by a parse, never learnt); a header that JSON cannot
+# read (a start with a leading zero) refuses its whole put, and nothing of
+# that put is sent.
+VWV = "vput"
+VGOOD = ["%02x" % i + "5a" * 6 for i in range(40)]
+VBAD = ["%02x" % i + "b0" * 6 for i in range(6)]     # only ever sent unreadable
+
+
+def vput_envelope(h):
+    i = int(h[:2], 16)
+    arr = routed_experts(4 + i % 3, seed=2000 + i)
+    fields = header_fields(VWV, h, arr, source_token_start=16 * i)
+    return pack(fields, arr.tobytes(), canonical=i % 5 != 4)
+
+
+def vput_unreadable(h):
+    i = int(h[:2], 16)
+    arr = routed_experts(5, seed=3000 + i)
+    fields = header_fields(VWV, h, arr, source_token_start=16 * (i + 1))
+    header = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    header = header.replace(b'"source_token_start":', b'"source_token_start":0')
+    return pack(header, arr.tobytes())
+
+
+def vput_worker(mnt, seed, seconds, q):
+    sys.path.insert(0, PACKAGE)
+    from artfs.vllm import (ArtfsArtifactReader, ArtfsArtifactStore, ArtifactCorruptionError,
+                            ArtifactNotFoundError)
+
+    class Obj:
+        def __init__(self, key, payload):
+            self.key, self.payload = key, payload
+
+    good = {h: Obj(derive_key(VWV, h), vput_envelope(h)) for h in VGOOD}
+    bad = {h: Obj(derive_key(VWV, h), vput_unreadable(h)) for h in VBAD}
+    store, reader = ArtfsArtifactStore(mnt), ArtfsArtifactReader(mnt)
+    deadline = time.time() + seconds
+    lock = threading.Lock()
+    counts = {"ops": 0, "wrong": [], "absent": 0, "errors": []}
+
+    def thread(rng):
+        while time.time() < deadline:
+            op = rng.randrange(3)
+            try:
+                if op == 0:    # a put of good objects only
+                    store.put([good[h] for h in rng.sample(VGOOD, 12)])
+                elif op == 1:  # one unreadable header among them: refused, nothing sent
+                    objs = [good[h] for h in rng.sample(VGOOD, 11)]
+                    objs.insert(rng.randrange(12), bad[rng.choice(VBAD)])
+                    try:
+                        store.put(objs)
+                        with lock:
+                            counts["wrong"].append(("put accepted an unreadable header",))
+                    except ArtifactCorruptionError as e:
+                        if "not a schema-3 envelope" not in str(e):
+                            with lock:
+                                counts["wrong"].append(("refusal", str(e)[:200]))
+                else:          # a get, every byte compared
+                    hs = rng.sample(VGOOD, 6)
+                    got = reader.get([good[h].key for h in hs])
+                    if got != [good[h].payload for h in hs]:
+                        with lock:
+                            counts["wrong"].append(("get", hs))
+                with lock:
+                    counts["ops"] += 1
+            except ArtifactNotFoundError:  # not put by anyone yet
+                with lock:
+                    counts["absent"] += 1
+            except Exception as e:  # noqa: BLE001 (reported to the test)
+                with lock:
+                    counts["errors"].append((op, repr(e)[:200]))
+
+    threads = [threading.Thread(target=thread, args=(random.Random(seed * 10 + k),))
+               for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    q.put(counts)
+
+
+def test_vllm_store_puts_and_gets_from_many_processes_and_threads(mnt):
+    results = run_processes(vput_worker, [(mnt.mountpoint, s, 5) for s in range(8)])
+    assert sum(r["ops"] for r in results) > 80, results
+    assert [w for r in results for w in r["wrong"]] == [], results
+    assert [e for r in results for e in r["errors"]] == [], results
+    keys = {h: derive_key(VWV, h).split("/", 1)[1] for h in VGOOD + VBAD}
+    for h in VGOOD:  # some may never have been drawn: put each once more
+        out = transact(mnt.path(".keys", ".put"), vput_envelope(h))
+        assert out.decode() == f"{keys[h]} 0\n"
+    got = transact(mnt.path(".keys", ".get"), "".join(keys[h] + "\n" for h in VGOOD).encode())
+    assert got == b"".join(vput_envelope(h) for h in VGOOD)
+    for h in VBAD:
+        assert not os.path.exists(mnt.path(".keys", keys[h]))
+    m = mnt.metrics()
+    assert m["artfs_objects"] == len(VGOOD), m
+    assert m["artfs_bytes_reserved"] == 0 and m["artfs_uploads_in_flight"] == 0, m
