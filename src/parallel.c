@@ -13,25 +13,13 @@
  * items left and is below its share of helpers. The calling thread works on
  * its own loop too, so a loop finishes even when every worker is busy. */
 
-struct loop {
-	void (*fn)(void *ctx, size_t i);
-	void *ctx;
-	size_t n;
-	_Atomic size_t next;      /* the next item to take */
-	size_t done;              /* items finished (under mu) */
-	unsigned helpers;         /* workers inside the loop now (under mu) */
-	unsigned max_helpers;
-	struct loop *link;        /* the open loops (under mu) */
-	pthread_cond_t finished;  /* done == n and no helper left */
-};
-
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t work = PTHREAD_COND_INITIALIZER;
-static struct loop *open_loops;
+static struct parallel_loop *open_loops;
 static pthread_once_t started = PTHREAD_ONCE_INIT;
 static unsigned workers;
 
-static size_t run_items(struct loop *l)
+static size_t run_items(struct parallel_loop *l)
 {
 	size_t count = 0;
 
@@ -45,15 +33,15 @@ static size_t run_items(struct loop *l)
 }
 
 /* Under mu: a loop still open to one more helper, or NULL. */
-static struct loop *joinable(void)
+static struct parallel_loop *joinable(void)
 {
-	for (struct loop *l = open_loops; l; l = l->link)
+	for (struct parallel_loop *l = open_loops; l; l = l->link)
 		if (l->helpers < l->max_helpers && atomic_load(&l->next) < l->n)
 			return l;
 	return NULL;
 }
 
-static void finish(struct loop *l, size_t count, bool helper)
+static void finish(struct parallel_loop *l, size_t count, bool helper)
 {
 	l->done += count;
 	if (helper)
@@ -67,7 +55,7 @@ static void *worker(void *arg)
 	(void)arg;
 	pthread_mutex_lock(&mu);
 	for (;;) {
-		struct loop *l;
+		struct parallel_loop *l;
 		while (!(l = joinable()))
 			pthread_cond_wait(&work, &mu);
 		l->helpers++;
@@ -97,10 +85,9 @@ static void start_workers(void)
 	pthread_attr_destroy(&attr);
 }
 
-void parallel_for(size_t n, size_t per_thread, size_t max_threads,
-		  void (*fn)(void *ctx, size_t i), void *ctx)
+void parallel_begin(struct parallel_loop *l, size_t n, size_t per_thread, size_t max_threads,
+		    void (*fn)(void *ctx, size_t i), void *ctx)
 {
-	struct loop l = { .fn = fn, .ctx = ctx, .n = n };
 	size_t want = n / (per_thread ? per_thread : 1) + 1;
 
 	if (want > max_threads)
@@ -110,30 +97,47 @@ void parallel_for(size_t n, size_t per_thread, size_t max_threads,
 		if (want > (size_t)workers + 1)
 			want = (size_t)workers + 1;
 	}
-	atomic_init(&l.next, 0);
-	if (want <= 1) {
-		run_items(&l);
-		return;
-	}
-	l.max_helpers = (unsigned)(want - 1);
-	pthread_cond_init(&l.finished, NULL);
+	l->fn = fn;
+	l->ctx = ctx;
+	l->n = n;
+	l->done = 0;
+	l->helpers = 0;
+	l->max_helpers = want > 1 ? (unsigned)(want - 1) : 0;
+	atomic_init(&l->next, 0);
+	if (!l->max_helpers)
+		return; /* the caller runs them all in parallel_end */
+	pthread_cond_init(&l->finished, NULL);
 	pthread_mutex_lock(&mu);
-	l.link = open_loops;
-	open_loops = &l;
+	l->link = open_loops;
+	open_loops = l;
 	pthread_cond_broadcast(&work);
 	pthread_mutex_unlock(&mu);
+}
 
-	size_t count = run_items(&l);
+void parallel_end(struct parallel_loop *l)
+{
+	size_t count = run_items(l);
 
+	if (!l->max_helpers)
+		return;
 	pthread_mutex_lock(&mu);
-	for (struct loop **p = &open_loops; *p; p = &(*p)->link)
-		if (*p == &l) {
-			*p = l.link; /* no new helper joins it now */
+	for (struct parallel_loop **p = &open_loops; *p; p = &(*p)->link)
+		if (*p == l) {
+			*p = l->link; /* no new helper joins it now */
 			break;
 		}
-	finish(&l, count, false);
-	while (l.done < l.n || l.helpers)
-		pthread_cond_wait(&l.finished, &mu);
+	finish(l, count, false);
+	while (l->done < l->n || l->helpers)
+		pthread_cond_wait(&l->finished, &mu);
 	pthread_mutex_unlock(&mu);
-	pthread_cond_destroy(&l.finished);
+	pthread_cond_destroy(&l->finished);
+}
+
+void parallel_for(size_t n, size_t per_thread, size_t max_threads,
+		  void (*fn)(void *ctx, size_t i), void *ctx)
+{
+	struct parallel_loop l;
+
+	parallel_begin(&l, n, per_thread, max_threads, fn, ctx);
+	parallel_end(&l);
 }

@@ -560,6 +560,56 @@ static int commit(struct tree *t, struct publish *u)
 	return rc;
 }
 
+/* Links the verified file to its name (the link is what a restart finds). */
+static int link_into_place(struct tree *t, struct publish *u, struct stat *st)
+{
+	int rc = store_tmp_link(u->ver->dirfd, &u->tmp, u->name);
+
+	if (rc == -EEXIST)
+		return count_existing(t, -EEXIST);
+	if (rc < 0 || fstat(u->tmp.fd, st) < 0) {
+		char what[128];
+		snprintf(what, sizeof(what), "cannot link into the store: %s",
+			 strerror(rc < 0 ? -rc : errno));
+		return fail(t, u, -EIO, what);
+	}
+	struct object *o = u->obj; /* a fresh node from create, never indexed before */
+	memcpy(o->key, u->key_bin, sizeof(o->key));
+	o->keyed = true;
+	o->file_size = u->total;
+	atomic_store(&o->npy_size, u->npy_size);
+	atomic_store(&o->ctime_ns, (uint64_t)st->st_ctim.tv_sec * 1000000000u + (uint64_t)st->st_ctim.tv_nsec);
+	atomic_store(&o->verified, 1);
+	return 0;
+}
+
+/* Under t->lock: the linked object indexed (visible from now on) and its
+ * bytes moved from reserved to used. */
+static int index_locked(struct tree *t, struct publish *u)
+{
+	int rc = index_object_insert(&t->idx, u->ver, u->obj);
+
+	if (rc == 0) {
+		t->bytes_reserved -= u->reserved;
+		u->reserved = 0;
+		t->bytes_used += u->total;
+		t->objects++;
+		u->ver->bytes += u->total;
+	}
+	return rc;
+}
+
+/* After index_locked: a failure undone (nothing stays in the store). */
+static int indexed(struct tree *t, struct publish *u, int rc)
+{
+	if (rc < 0) {
+		store_object_remove(u->ver->dirfd, u->name);
+		return fail(t, u, rc, "out of memory while indexing");
+	}
+	counter_inc(&t->metrics.publishes);
+	return 0;
+}
+
 static int commit_locked(struct tree *t, struct publish *u)
 {
 	struct stat st;
@@ -577,42 +627,55 @@ static int commit_locked(struct tree *t, struct publish *u)
 		if (rc <= 0)
 			return rc;
 	}
-	rc = store_tmp_link(u->ver->dirfd, &u->tmp, u->name);
-	if (rc == -EEXIST)
-		return count_existing(t, -EEXIST);
-	if (rc < 0 || fstat(u->tmp.fd, &st) < 0) {
-		char what[128];
-		snprintf(what, sizeof(what), "cannot link into the store: %s",
-			 strerror(rc < 0 ? -rc : errno));
-		return fail(t, u, -EIO, what);
-	}
+	rc = link_into_place(t, u, &st);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&t->lock);
+	rc = index_locked(t, u);
+	pthread_mutex_unlock(&t->lock);
+	return indexed(t, u, rc);
+}
 
-	struct object *o = u->obj; /* a fresh node from create, never indexed before */
-	node_ref(&o->node);
-	memcpy(o->key, u->key_bin, sizeof(o->key));
-	o->keyed = true;
-	o->file_size = u->total;
-	atomic_store(&o->npy_size, u->npy_size);
-	atomic_store(&o->ctime_ns, (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec);
-	atomic_store(&o->verified, 1);
+/* Under t->commit_lock: commits the first of run[0..n) (checked publishes
+ * that commit here: no existing outcome, no remote=) in order, taking the
+ * tree lock twice for all of them instead of twice each. It stops before
+ * a record whose key is committed already or comes earlier in the run:
+ * that one needs commit_locked's comparison. Returns how many it took,
+ * results in res. */
+static size_t commit_run_locked(struct tree *t, struct publish **run, size_t n, int *res)
+{
+	size_t take = 0;
 
 	pthread_mutex_lock(&t->lock);
-	rc = index_object_insert(&t->idx, u->ver, o);
-	if (rc == 0) {
-		t->bytes_reserved -= u->reserved;
-		u->reserved = 0;
-		t->bytes_used += u->total;
-		t->objects++;
-		u->ver->bytes += u->total;
+	for (; take < n; take++) {
+		struct publish *u = run[take];
+		if (index_object_find(&t->idx, u->ver, u->obj->hash, u->obj->hash_len) ||
+		    index_key_find(&t->idx, u->key_bin))
+			break;
+		size_t j = 0;
+		while (j < take && memcmp(run[j]->key_bin, u->key_bin, 32) != 0)
+			j++;
+		if (j < take)
+			break;
 	}
 	pthread_mutex_unlock(&t->lock);
-	node_unref(&o->node, 1);
-	if (rc < 0) {
-		store_object_remove(u->ver->dirfd, u->name);
-		return fail(t, u, rc, "out of memory while indexing");
+	if (!take)
+		return 0;
+	struct stat st;
+	bool linked[PUBLISH_RUN_MAX];
+	for (size_t j = 0; j < take; j++) {
+		res[j] = link_into_place(t, run[j], &st);
+		linked[j] = res[j] == 0;
 	}
-	counter_inc(&t->metrics.publishes);
-	return 0;
+	pthread_mutex_lock(&t->lock);
+	for (size_t j = 0; j < take; j++)
+		if (linked[j])
+			res[j] = index_locked(t, run[j]);
+	pthread_mutex_unlock(&t->lock);
+	for (size_t j = 0; j < take; j++)
+		if (linked[j])
+			res[j] = indexed(t, run[j], res[j]);
+	return take;
 }
 
 /* All bytes in and the payload hashing to what the header says: 0, or
@@ -643,6 +706,16 @@ static int payload_checked(struct tree *t, struct publish *u)
 	return 0;
 }
 
+/* Under u->mu, after its commit: the outcome is final. */
+static void finished(struct tree *t, struct publish *u, int rc)
+{
+	u->finished = true;
+	u->result = rc;
+	unreserve(t, u);
+	version_touch(u->ver);
+	pthread_mutex_unlock(&u->mu);
+}
+
 static int publish_finish(struct tree *t, struct handle *h)
 {
 	struct publish *u = (struct publish *)h;
@@ -652,16 +725,54 @@ static int publish_finish(struct tree *t, struct handle *h)
 	if (u->finished)
 		rc = u->result;
 	else if ((rc = payload_checked(t, u)) == 0) {
-		rc = commit(t, u);
-		u->finished = true;
-		u->result = rc;
 		/* Its temporary file is closed at release, out of a batch's
 		 * in-order commits (put.c); the room it held is given back now. */
-		unreserve(t, u);
+		rc = commit(t, u);
+		finished(t, u, rc);
+		return rc;
 	}
 	version_touch(u->ver);
 	pthread_mutex_unlock(&u->mu);
 	return rc;
+}
+
+void publish_finish_run(struct tree *t, struct handle **hs, size_t n, int *res)
+{
+	struct publish *run[PUBLISH_RUN_MAX];
+	size_t i = 0;
+
+	while (i < n) {
+		/* The run: records from i on that commit here, checked. */
+		size_t k = 0;
+		bool other = false;
+		while (i + k < n && k < PUBLISH_RUN_MAX) {
+			struct publish *u = (struct publish *)hs[i + k];
+			pthread_mutex_lock(&u->mu);
+			if (u->finished || payload_checked(t, u) < 0 || u->onto_existing || t->remote) {
+				pthread_mutex_unlock(&u->mu);
+				other = true;
+				break;
+			}
+			run[k++] = u;
+		}
+		size_t done = 0;
+		if (k) {
+			pthread_mutex_lock(&t->commit_lock);
+			done = commit_run_locked(t, run, k, res + i);
+			pthread_mutex_unlock(&t->commit_lock);
+		}
+		for (size_t j = 0; j < k; j++) {
+			if (j < done)
+				finished(t, run[j], res[i + j]);
+			else
+				pthread_mutex_unlock(&run[j]->mu);
+		}
+		i += done;
+		if (i < n && (done < k || other)) { /* one that needs the whole path */
+			res[i] = publish_finish(t, hs[i]);
+			i++;
+		}
+	}
 }
 
 int publish_prepare(struct tree *t, struct handle *h, uint8_t **buf, size_t *len)

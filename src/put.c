@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,11 @@
 /* Records are not committed as their bytes arrive but queued, and a full
  * queue is flushed: the work of each record up to its commit (its
  * temporary file, writing it, hashing it) runs on a few threads at once,
- * then the records commit one at a time, in order, each as a single
- * publish would (DESIGN.md §3.7).
+ * and the records commit one at a time, in order, each as a single
+ * publish would (DESIGN.md §3.7). A large write (most of a batch, as
+ * engines send it) is not queued whole first: a flush begins with it, and
+ * each record is staged as soon as it is read while the rest is read;
+ * the flush ends before the write returns.
  *
  * Memory: a batch file buffers at most PUT_QUEUE_BYTES of queued records
  * (charged to materialize_max=, like every transaction file's memory) and
@@ -34,6 +38,25 @@ enum put_state {
 	PUT_SKIP,    /* passing over the rest of a refused record */
 	PUT_DEAD,    /* a header that gives no length: nothing after it can be read */
 	PUT_DONE,    /* fsync or close ended the transaction */
+};
+
+/* One flush of the queue. Records commit as soon as they and every record
+ * before them are staged, on whichever thread stages the last of them
+ * (one at a time: chain); with remote= they are only staged here and go
+ * to the cluster in one round first. While a write is being read
+ * (streaming), records join as they are read: avail of them so far. */
+struct flush {
+	struct tree *t;
+	struct put *p;
+	struct parallel_loop loop;
+	bool open;                       /* begun, not ended */
+	bool commit_now;                 /* no remote=: commit as staged */
+	_Atomic size_t avail;            /* records of the queue that may be staged */
+	_Atomic bool closed;             /* no more records join */
+	pthread_mutex_t chain;           /* the thread committing */
+	_Atomic size_t next;             /* the next record to commit */
+	_Atomic bool ready[PUT_PIPELINE];
+	int rc;                          /* the first line that could not be written */
 };
 
 /* One record, from its header on: in progress, then in the queue. */
@@ -71,6 +94,8 @@ struct put {
 	 * buffered (buf_cap bytes charged to materialize_max=) */
 	struct put_rec queue[PUT_PIPELINE];
 	size_t nqueued;
+	struct flush flush;         /* the queue's, while open */
+	uint32_t seen;              /* records queued so far, in all */
 	uint8_t *buf;
 	size_t buf_len, buf_cap;
 	size_t write_left;          /* bytes of the write in progress not yet taken */
@@ -169,20 +194,6 @@ static int commit_rec(struct tree *t, struct put *p, struct put_rec *r)
 	return record_line(p, r->key, rc);
 }
 
-/* One flush of the queue. Without remote=, the thread that flushes commits
- * each record as soon as it and every record before it are staged, between
- * the records it stages itself; helpers only stage, so that a helper the
- * scheduler sets aside holds up no commit but that of its own record. */
-struct flush {
-	struct tree *t;
-	struct put *p;
-	pthread_t caller;
-	bool commit_now;
-	size_t next;                     /* the next record to commit (caller's) */
-	_Atomic bool ready[PUT_PIPELINE];
-	int rc;                          /* the first line that could not be written */
-};
-
 static void release_rec(void *ctx, size_t i)
 {
 	struct flush *f = ctx;
@@ -194,21 +205,93 @@ static void release_rec(void *ctx, size_t i)
 	}
 }
 
+/* Commits records from..to, staged, in order: their publishes' fsyncs in
+ * one run (publish_finish_run), then their lines. */
+static void commit_recs(struct flush *f, size_t from, size_t to)
+{
+	struct handle *hs[PUT_PIPELINE];
+	int res[PUT_PIPELINE];
+	size_t m = 0;
+
+	for (size_t i = from; i < to; i++)
+		if (f->p->queue[i].pub)
+			hs[m++] = f->p->queue[i].pub;
+	publish_finish_run(f->t, hs, m, res);
+	m = 0;
+	for (size_t i = from; i < to; i++) {
+		struct put_rec *r = &f->p->queue[i];
+		int rc = record_line(f->p, r->key, r->pub ? res[m++] : r->refused);
+		if (rc < 0 && !f->rc)
+			f->rc = rc;
+	}
+}
+
+/* Commits, in order, the staged records that every record before is
+ * staged for; by one thread at a time. A thread that finds another at it
+ * leaves: that one looks again after it stops. */
+static void commit_ready(struct flush *f)
+{
+	while (pthread_mutex_trylock(&f->chain) == 0) {
+		size_t i = atomic_load(&f->next), n = atomic_load(&f->avail), k = i;
+		while (k < n && atomic_load(&f->ready[k]))
+			k++;
+		if (k > i)
+			commit_recs(f, i, k);
+		atomic_store(&f->next, k);
+		pthread_mutex_unlock(&f->chain);
+		if (!(k < atomic_load(&f->avail) && atomic_load(&f->ready[k])))
+			return; /* else one became ready while this thread held the chain */
+	}
+}
+
+/* Waits until record i is in the queue, or no more records join: false
+ * then. The wait lasts while the thread reading the write parses. */
+static bool record_ready(struct flush *f, size_t i)
+{
+	for (unsigned spins = 0; i >= atomic_load(&f->avail); spins++) {
+		if (atomic_load(&f->closed))
+			return i < atomic_load(&f->avail);
+		if (spins < 256) {
+#if defined(__x86_64__) || defined(__i386__)
+			__builtin_ia32_pause();
+#endif
+		} else
+			sched_yield();
+	}
+	return true;
+}
+
 static void stage_one(void *ctx, size_t i)
 {
 	struct flush *f = ctx;
 
+	if (!record_ready(f, i))
+		return;
 	stage(f->t, f->p, &f->p->queue[i]);
 	if (!f->commit_now)
 		return;
 	atomic_store(&f->ready[i], true);
-	if (!pthread_equal(pthread_self(), f->caller))
-		return;
-	while (f->next < f->p->nqueued && atomic_load(&f->ready[f->next])) {
-		int rc = commit_rec(f->t, f->p, &f->p->queue[f->next++]);
-		if (rc < 0 && !f->rc)
-			f->rc = rc;
-	}
+	commit_ready(f);
+}
+
+/* Begins a flush of the records queued, to which more may join (streaming);
+ * side by side only when threads > 1. */
+static void flush_begin(struct tree *t, struct put *p, size_t threads)
+{
+	struct flush *f = &p->flush;
+
+	f->t = t;
+	f->p = p;
+	f->open = true;
+	f->commit_now = !t->remote;
+	f->rc = 0;
+	atomic_init(&f->avail, p->nqueued);
+	atomic_init(&f->closed, false);
+	atomic_init(&f->next, 0);
+	for (size_t i = 0; i < PUT_PIPELINE; i++)
+		atomic_init(&f->ready[i], false);
+	pthread_mutex_init(&f->chain, NULL);
+	parallel_begin(&f->loop, PUT_PIPELINE, PUT_PER_THREAD, threads, stage_one, f);
 }
 
 /* Commits the staged records from..nqueued here, in order; with remote=
@@ -251,33 +334,50 @@ static int commit_round(struct tree *t, struct put *p, size_t from)
 	return rc;
 }
 
-/* Stages and commits every queued record; then the queue is empty. */
-static int flush_queue(struct tree *t, struct put *p)
+/* Side by side only when all of bytes fit in the store at once: else a
+ * record could be refused (ENOSPC) for room that records after it hold.
+ * Then one at a time, each committed before the next begins. */
+static size_t flush_threads(struct tree *t, uint64_t bytes)
 {
-	struct flush f = { .t = t, .p = p, .caller = pthread_self(), .commit_now = !t->remote };
-	size_t n = p->nqueued;
-
-	if (!n)
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		atomic_init(&f.ready[i], false);
-	/* Side by side only when all of them fit in the store at once: else a
-	 * record could be refused (ENOSPC) for room that records after it
-	 * hold. Then one at a time, each committed before the next begins. */
-	size_t threads = publish_room_for(t, p->buf_len) ? PARALLEL_THREADS_MAX : 1;
-	parallel_for(n, PUT_PER_THREAD, threads, stage_one, &f);
-	int rc = commit_round(t, p, f.next); /* those the helpers staged last */
-	parallel_for(n, PUT_PER_THREAD, threads, release_rec, &f);
-	p->nqueued = 0;
-	p->buf_len = 0;
-	return f.rc ? f.rc : rc;
+	return publish_room_for(t, bytes) ? PARALLEL_THREADS_MAX : 1;
 }
 
-/* The record in progress joins the queue; a full queue is flushed. */
+/* Stages and commits every queued record (ending the flush that a write
+ * began, if any); then the queue is empty. */
+static int flush_queue(struct tree *t, struct put *p)
+{
+	struct flush *f = &p->flush;
+	size_t n = p->nqueued;
+
+	if (!f->open) {
+		if (!n)
+			return 0;
+		flush_begin(t, p, flush_threads(t, p->buf_len));
+	}
+	atomic_store(&f->closed, true);
+	parallel_end(&f->loop);
+	f->open = false;
+	int rc = 0;
+	if (f->commit_now)
+		commit_ready(f); /* nothing is left: every record is staged */
+	else
+		rc = commit_round(t, p, 0);
+	pthread_mutex_destroy(&f->chain);
+	parallel_for(n, PUT_PER_THREAD, PARALLEL_THREADS_MAX, release_rec, f);
+	p->nqueued = 0;
+	p->buf_len = 0;
+	return f->rc ? f->rc : rc;
+}
+
+/* The record in progress joins the queue (and an open flush); a full
+ * queue is flushed. */
 static int enqueue(struct tree *t, struct put *p)
 {
 	p->queue[p->nqueued++] = p->cur;
 	p->cur.pub = NULL;
+	p->seen++;
+	if (p->flush.open)
+		atomic_store(&p->flush.avail, p->nqueued);
 	return p->nqueued == PUT_PIPELINE ? flush_queue(t, p) : 0;
 }
 
@@ -308,6 +408,8 @@ static bool buffer_room(struct tree *t, struct put *p, size_t n)
 		flush_queue(t, p); /* a line it could not write makes fsync ENOMEM */
 	if (p->buf_len + n <= p->buf_cap)
 		return true;
+	if (p->flush.open) /* its stagers read the buffer: it stays in place */
+		flush_queue(t, p);
 	size_t cap = buffer_cap_for(p, p->buf_len + (p->write_left > n ? p->write_left : n));
 	if (!transaction_memory_take(t, cap - p->buf_cap)) {
 		cap = buffer_cap_for(p, p->buf_len + n);
@@ -380,7 +482,7 @@ static int start_record(struct tree *t, struct put *p)
 				       detail, sizeof(detail))) {
 		/* Without a header there is no length: the rest cannot be read. */
 		log_warn("put %s: record %u: %s; the rest of the batch is refused", where(p),
-			 p->records + (uint32_t)p->nqueued, detail);
+			 p->seen, detail);
 		p->state = PUT_DEAD;
 		return refuse(t, p, -EBADMSG);
 	}
@@ -457,7 +559,7 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 			if (p->bad_line ||
 			    key_hash_decode(p->line, p->cur.hash, &p->cur.hash_len) < 0) {
 				log_warn("put %s: record %u: \"%.140s\" is not a block hash", where(p),
-					 p->records + (uint32_t)p->nqueued, p->line);
+					 p->seen, p->line);
 				p->bad_line = true;
 			}
 			p->state = PUT_HEAD;
@@ -476,7 +578,7 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 				if (envelope_header_len(p->head, &hlen)) {
 					log_warn("put %s: record %u: header length %u outside 1..%u; "
 						 "the rest of the batch is refused", where(p),
-						 p->records + (uint32_t)p->nqueued, hlen,
+						 p->seen, hlen,
 						 ARTFS_ENVELOPE_HEADER_MAX);
 					p->state = PUT_DEAD;
 					rc = refuse(t, p, -EBADMSG);
@@ -516,10 +618,43 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 		case PUT_DONE:
 			return -EINVAL;
 		}
-		if (p->records + p->nqueued >= PUT_RECORDS_MAX && p->state != PUT_DEAD) {
+		if (p->seen >= PUT_RECORDS_MAX && p->state != PUT_DEAD) {
 			log_warn("put %s: more than %u records in one batch", where(p), PUT_RECORDS_MAX);
 			return -EFBIG;
 		}
+	}
+	return rc;
+}
+
+/* A write that brings several records begins a flush: each record is
+ * staged as soon as it is read. Only when the buffer can take the whole
+ * write in place (its stagers read it) and the store has room for all of
+ * it (else records go one at a time, flush_threads); without remote=,
+ * whose round to the cluster takes the queue whole. */
+static void stream_begin(struct tree *t, struct put *p, size_t len)
+{
+	if (len < PUT_STREAM_MIN || t->remote || p->state == PUT_DEAD || p->state == PUT_STREAM ||
+	    p->state == PUT_SKIP)
+		return;
+	p->write_left = len;
+	if (!buffer_room(t, p, len) || flush_threads(t, p->buf_len + len) == 1)
+		return;
+	flush_begin(t, p, PARALLEL_THREADS_MAX);
+}
+
+/* The write is read: the flush it began ends (it never outlives the
+ * write). A record that goes on in the next write keeps its bytes, moved
+ * to the front of the emptied buffer. */
+static int stream_end(struct tree *t, struct put *p)
+{
+	if (!p->flush.open)
+		return 0;
+	size_t from = p->cur.off, keep = p->state == PUT_BODY ? p->buf_len - p->cur.off : 0;
+	int rc = flush_queue(t, p);
+	if (keep) {
+		memmove(p->buf, p->buf + from, keep);
+		p->cur.off = 0;
+		p->buf_len = keep;
 	}
 	return rc;
 }
@@ -538,8 +673,12 @@ static int put_write(struct tree *t, struct handle *h, uint64_t off, const void 
 	else if (off != p->received)
 		rc = -EINVAL; /* records are a stream: sequential writes only */
 	else {
+		stream_begin(t, p, len);
 		rc = consume(t, p, buf, len);
 		p->received += len;
+		int ended = stream_end(t, p);
+		if (rc == 0)
+			rc = ended;
 	}
 	pthread_mutex_unlock(&p->mu);
 	if (rc < 0)

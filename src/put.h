@@ -22,6 +22,9 @@
 #define PUT_BUFFER_RECORD_MAX (1u << 20)
 /* Records per thread when a flush stages them side by side. */
 #define PUT_PER_THREAD 4
+/* A write at least this large begins a flush that stages its records as
+ * they are read (most records are a few KiB). */
+#define PUT_STREAM_MIN (32u << 10)
 
 /* v: the version of <wv>/.put, or NULL for .keys/.put. */
 int put_open(struct tree *t, struct version *v, struct handle **h, struct open_reply *r);

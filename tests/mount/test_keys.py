@@ -344,6 +344,51 @@ def test_put_records_across_many_writes_around_a_record_too_large_to_buffer(mnt)
     assert m["artfs_materialize_held_bytes"] == 0  # the batch's buffer is given back
 
 
+def test_put_large_writes_stage_records_as_they_are_read(mnt):
+    """Writes of 40 to 200 KiB (each begins a flush that stages its records
+    while the rest is read, put.c), records cut at every write's end, keys
+    twice within one write (identical: 0; different: EEXIST; refused, then
+    good), three queues' worth: one line each, in order, every byte back."""
+    envs = [encode(WV, "%04x" % i, routed_experts(8 + i % 9, seed=i)) for i in range(200)]
+    keys = [key_hex(WV, "%04x" % i) for i in range(200)]
+    other = encode(WV, "%04x" % 7, routed_experts(5, seed=4321))
+    bad = encode(WV, "%04x" % 150, routed_experts(3, seed=1), payload_sha256="0" * 64)
+    data, want = [], []
+    for i, e in enumerate(envs):
+        if i == 150:
+            data.append(bad)
+            want.append(f"{keys[150]} EBADMSG")
+        data.append(e)
+        want.append(f"{keys[i]} 0")
+        if i in (9, 60, 120):           # again, a few records later
+            data.append(envs[i - 3])
+            want.append(f"{keys[i - 3]} 0")
+        if i == 11:
+            data.append(other)
+            want.append(f"{keys[7]} EEXIST")
+    rc, lines = batch(mnt.path(".keys", ".put"), b"".join(data), chunk=[40961, 200003, 65537, 131071])
+    assert rc == errno.EEXIST
+    assert lines == want
+    assert get(mnt, keys) == b"".join(envs)
+    m = mnt.metrics()
+    assert m["artfs_objects"] == 200
+    # By path, in one write: every third record's key is held by a key-only
+    # object (it gains the name), the others are new, one comes twice.
+    os.mkdir(mnt.path(WV))
+    more = {"%04x" % i: routed_experts(4, seed=i) for i in range(0, 400, 3)}
+    more.update({"%04x" % i: routed_experts(8 + i % 9, seed=i) for i in range(0, 200, 3)})
+    recs = list(more.items()) + [("0003", more["0003"])]
+    data = b"".join(h.encode() + b"\n" + encode(WV, h, a) for h, a in recs)
+    rc, lines = batch(mnt.path(WV, ".put"), data)
+    assert rc == 0 and lines == [f"{key_hex(WV, h)} 0" for h, _ in recs]
+    assert sorted(os.listdir(mnt.path(WV))) == sorted(more)
+    for h in ("0000", "00c6", "0105", "018f"):
+        assert read_result(mnt.path(WV, h)) == npy_bytes(more[h])
+    m = mnt.metrics()
+    assert m["artfs_objects"] == 200 + len([i for i in range(200, 400, 3)])
+    assert m["artfs_bytes_reserved"] == 0 and m["artfs_uploads_in_flight"] == 0
+
+
 def test_put_by_key_with_a_large_record_and_a_key_twice(mnt):
     envs = [encode(WV, "%02x" % i, routed_experts(3, seed=i)) for i in range(70)]
     big = encode(WV, "beef02", routed_experts(BIG_ROWS, seed=3))
