@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from conftest import run_processes, transact
+from conftest import read_to_end, run_processes, transact
 from envelope import derive_key, encode, header_fields, npy_bytes, pack, routed_experts
 
 PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "contrib", "python")
@@ -335,3 +335,96 @@ def test_vllm_store_puts_and_gets_from_many_processes_and_threads(mnt):
     m = mnt.metrics()
     assert m["artfs_objects"] == len(VGOOD), m
     assert m["artfs_bytes_reserved"] == 0 and m["artfs_uploads_in_flight"] == 0, m
+
+
+# Large writes: each begins a flush that stages its records while the rest
+# of the write is read, and records commit in runs (src/put.c, publish.c).
+# Many processes put the same keys at once, by key and by path, in batches
+# of up to 64 records of several KiB cut into writes of odd sizes, some
+# keys twice in one batch, while others remove objects and read them: every
+# record of every batch must be 0 (identical content, or a new commit), and
+# everything that stays reads back byte for byte.
+SWV = "stream"
+SKEYS = ["%02x" % i + "c3" * 7 for i in range(160)]
+
+
+def stream_envelope(h):
+    i = int(h[:2], 16)
+    arr = routed_experts(16 + i % 5, seed=4000 + i)                 # ~6-8 KiB records
+    return encode(SWV, h, arr, source_token_start=16 * (i % 64))
+
+
+def stream_worker(mnt, seed, seconds, q):
+    rng = random.Random(seed)
+    envs = {h: stream_envelope(h) for h in SKEYS}
+    keys = {h: derive_key(SWV, h).split("/", 1)[1] for h in SKEYS}
+    counts = {"ops": 0, "wrong": [], "absent": 0, "errors": []}
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        counts["ops"] += 1
+        op = rng.randrange(5)
+        try:
+            if op < 3:     # a batch by key (0, 1) or by path (2)
+                hs = rng.sample(SKEYS, rng.randrange(20, 61))
+                hs += rng.sample(hs, 3)                               # three keys twice
+                rng.shuffle(hs)
+                if op < 2:
+                    data = b"".join(envs[h] for h in hs)
+                    path = os.path.join(mnt, ".keys", ".put")
+                else:
+                    data = b"".join(h.encode() + b"\n" + envs[h] for h in hs)
+                    path = os.path.join(mnt, SWV, ".put")
+                fd = os.open(path, os.O_RDWR)
+                try:
+                    off = 0
+                    while off < len(data):
+                        n = rng.choice((33000, 65537, 150001, 1 << 20))
+                        os.write(fd, data[off:off + n])
+                        off += n
+                    os.fsync(fd)
+                    out = read_to_end(fd)
+                finally:
+                    os.close(fd)
+                want = "".join(f"{keys[h]} 0\n" for h in hs)
+                if out.decode() != want:
+                    counts["wrong"].append(("put", op, out[:200]))
+            elif op == 3:  # remove a few, by key or by path
+                for h in rng.sample(SKEYS, 3):
+                    try:
+                        os.unlink(os.path.join(mnt, ".keys", keys[h]) if rng.random() < 0.5
+                                  else os.path.join(mnt, SWV, h))
+                    except OSError as e:
+                        count_failure(counts, op, e, (errno.ENOENT, errno.ESTALE))
+            else:          # reads by key, every byte compared
+                for h in rng.sample(SKEYS, 4):
+                    try:
+                        if read(os.path.join(mnt, ".keys", keys[h])) != envs[h]:
+                            counts["wrong"].append(("read", h))
+                    except OSError as e:
+                        count_failure(counts, op, e, (errno.ENOENT, errno.ESTALE))
+        except OSError as e:
+            counts["errors"].append((op, errno.errorcode.get(e.errno, e.errno)))
+    q.put(counts)
+
+
+def test_large_batches_of_the_same_keys_from_many_processes(mnt):
+    os.makedirs(mnt.path(SWV))
+    results = run_processes(stream_worker, [(mnt.mountpoint, s, 6) for s in range(8)])
+    assert sum(r["ops"] for r in results) > 40, results
+    assert [w for r in results for w in r["wrong"]] == [], results
+    assert [e for r in results for e in r["errors"]] == [], results
+    # Every key once more in one batch by path: 0 each; then each reads
+    # back exactly by key and by path, and the books balance.
+    keys = {h: derive_key(SWV, h).split("/", 1)[1] for h in SKEYS}
+    out = transact(mnt.path(SWV, ".put"), b"".join(h.encode() + b"\n" + stream_envelope(h) for h in SKEYS))
+    assert out.decode() == "".join(f"{keys[h]} 0\n" for h in SKEYS)
+    for h in SKEYS:
+        assert read(mnt.path(".keys", keys[h])) == stream_envelope(h)
+        i = int(h[:2], 16)
+        assert read(mnt.path(SWV, h)) == npy_bytes(routed_experts(16 + i % 5, seed=4000 + i))
+    deadline = time.time() + 10
+    while time.time() < deadline and mnt.metrics()["artfs_bytes_reserved"]:
+        time.sleep(0.05)
+    m = mnt.metrics()
+    assert m["artfs_objects"] == len(SKEYS) and m["artfs_bytes_reserved"] == 0, m
+    assert sum(len(f) for _, _, f in os.walk(os.path.join(mnt.store, "v"))) == len(SKEYS)
