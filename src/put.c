@@ -274,9 +274,9 @@ static void stage_one(void *ctx, size_t i)
 	commit_ready(f);
 }
 
-/* Begins a flush of the records queued, to which more may join (streaming);
- * side by side only when threads > 1. */
-static void flush_begin(struct tree *t, struct put *p, size_t threads)
+/* Begins a flush of the records queued, to which more may join up to
+ * items in all (streaming); side by side only when threads > 1. */
+static void flush_begin(struct tree *t, struct put *p, size_t threads, size_t items)
 {
 	struct flush *f = &p->flush;
 
@@ -291,7 +291,7 @@ static void flush_begin(struct tree *t, struct put *p, size_t threads)
 	for (size_t i = 0; i < PUT_PIPELINE; i++)
 		atomic_init(&f->ready[i], false);
 	pthread_mutex_init(&f->chain, NULL);
-	parallel_begin(&f->loop, PUT_PIPELINE, PUT_PER_THREAD, threads, stage_one, f);
+	parallel_begin(&f->loop, items, PUT_PER_THREAD, threads, stage_one, f);
 }
 
 /* Commits the staged records from..nqueued here, in order; with remote=
@@ -352,7 +352,7 @@ static int flush_queue(struct tree *t, struct put *p)
 	if (!f->open) {
 		if (!n)
 			return 0;
-		flush_begin(t, p, flush_threads(t, p->buf_len));
+		flush_begin(t, p, flush_threads(t, p->buf_len), n);
 	}
 	atomic_store(&f->closed, true);
 	parallel_end(&f->loop);
@@ -636,10 +636,12 @@ static void stream_begin(struct tree *t, struct put *p, size_t len)
 	if (len < PUT_STREAM_MIN || t->remote || p->state == PUT_DEAD || p->state == PUT_STREAM ||
 	    p->state == PUT_SKIP)
 		return;
+	if (p->buf_len + len > PUT_QUEUE_BYTES)
+		return; /* room would mean a flush now, with a record in progress in the buffer */
 	p->write_left = len;
 	if (!buffer_room(t, p, len) || flush_threads(t, p->buf_len + len) == 1)
 		return;
-	flush_begin(t, p, PARALLEL_THREADS_MAX);
+	flush_begin(t, p, PARALLEL_THREADS_MAX, PUT_PIPELINE);
 }
 
 /* The write is read: the flush it began ends (it never outlives the

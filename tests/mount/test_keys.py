@@ -389,6 +389,28 @@ def test_put_large_writes_stage_records_as_they_are_read(mnt):
     assert m["artfs_bytes_reserved"] == 0 and m["artfs_uploads_in_flight"] == 0
 
 
+def test_put_a_large_write_that_finds_the_queue_full_keeps_the_record_in_progress(make_mount):
+    """Small writes (no flush of their own) queue ~16 MiB of records, and a
+    write of 64 KiB arrives in the middle of the last one, when the queue's
+    buffer has no room for it: the records before commit, the one in
+    progress keeps its bytes, all read back exactly."""
+    m = make_mount(capacity="256M")
+    hl = len(encode(WV, "%04x" % 0, routed_experts(1))) - 384
+    rows = (419000 - hl) // 384
+    envs = [encode(WV, "%04x" % i, routed_experts(rows, seed=i)) for i in range(45)]
+    size = len(envs[0])
+    assert all(len(e) == size for e in envs) and 40 * size <= 16 << 20 < 41 * size
+    data = b"".join(envs)
+    at = (16 << 20) - 65536 + 1000           # inside record 39: the 64 KiB write lands here
+    assert 39 * size < at < 40 * size
+    sizes = [31000] * (at // 31000) + [at % 31000, 65536] + [31000] * 100
+    rc, lines = batch(m.path(".keys", ".put"), data, chunk=sizes)
+    keys = [key_hex(WV, "%04x" % i) for i in range(45)]
+    assert rc == 0 and lines == [f"{k} 0" for k in keys]
+    assert get(m, keys) == data
+    assert m.metrics()["artfs_bytes_reserved"] == 0
+
+
 def test_put_by_key_with_a_large_record_and_a_key_twice(mnt):
     envs = [encode(WV, "%02x" % i, routed_experts(3, seed=i)) for i in range(70)]
     big = encode(WV, "beef02", routed_experts(BIG_ROWS, seed=3))
