@@ -15,7 +15,7 @@ OUT = $(BUILDDIR)/tests/fuzz
 OBJ = $(OUT)/obj
 FUZZ = $(SRCDIR)/tests/fuzz
 
-TARGETS = envelope npy safetensors checkpoint materialize control config attach namespace
+TARGETS = envelope npy safetensors checkpoint materialize control config attach namespace put
 
 SAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined
 DEPS_CFLAGS := $(shell $(PKG_CONFIG) --cflags libcrypto jansson)

@@ -209,6 +209,37 @@ def namespace_seeds():
     write("namespace", "opendir-of-a-file", big + seq)
 
 
+def put_seeds():
+    """fuzz_put: per key (6) a rows selector and a second content's extra
+    rows; per batch: by path?, records, each a selector (key = s % 6,
+    content = s >> 3 & 1, damaged when s >= 0xf0), a cut selector (0 mod 8:
+    cut, then key and u32 length), then one selector per write (0: all the
+    rest, 1: 1 byte, 2: 7, 3: 100, 4: 4096, 5: 33000, 6: 70000, 7: 200003)."""
+    def keys(rows):
+        return b"".join(u8(r) + u8(i & 1) for i, r in enumerate(rows))
+
+    def batch(by_path, recs, pieces, cut=None):
+        out = u8(by_path) + u8(len(recs) - 1) + b"".join(u8(r) for r in recs)
+        out += u8(1) if cut is None else u8(0) + u8(cut[0]) + struct.pack("<I", cut[1])
+        return out + b"".join(u8(p) for p in pieces)
+
+    big = keys([40, 60, 70, 80, 90, 98])              # 15-38 KB records
+    recs = [(i * 7 + (i // 6)) % 6 | ((i % 5 == 0) << 3) for i in range(40)]
+    write("put", "large-writes", big + batch(0, recs, [5, 6, 7] * 20)
+          + batch(1, recs[::-1], [6, 7, 5] * 20) + batch(0, recs[:20], [0]))
+    small = keys([0, 1, 2, 3, 1, 0])
+    write("put", "small-records-small-writes", small + batch(1, recs, [2, 3, 4, 1, 6] * 40)
+          + batch(0, recs, [0]))
+    damaged = [r | 0xf0 if i % 7 == 3 else r for i, r in enumerate(recs)]
+    write("put", "damaged-and-cut", big + batch(0, damaged, [6] * 30, cut=(2, 20000))
+          + batch(1, damaged[:10], [5] * 30, cut=(1, 100)))
+    pairs = [r for i in range(20) for r in (i % 6, i % 6 | (i % 3 == 0) << 3)]
+    write("put", "keys-twice-in-a-row", small + batch(0, pairs, [7]) + batch(1, pairs, [0])
+          + batch(0, pairs, [4] * 40))
+    write("put", "record-over-1mib", keys([40, 0xf8, 60, 1, 70, 2])
+          + batch(0, [0, 1, 2, 3, 1, 4, 9, 5], [7] * 20) + batch(1, [1, 9, 0], [6] * 40))
+
+
 def main():
     if os.path.isdir(CORPUS):
         shutil.rmtree(CORPUS)
@@ -221,6 +252,7 @@ def main():
     config_seeds()
     attach_seeds()
     namespace_seeds()
+    put_seeds()
 
 
 if __name__ == "__main__":
