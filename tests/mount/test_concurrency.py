@@ -52,6 +52,24 @@ def count_failure(counts, op, e, absent):
         counts["errors"].append((op, errno.errorcode.get(e.errno, e.errno)))
 
 
+def all_went_well(results, min_ops):
+    """The workers' counts: enough operations, nothing wrong, no error."""
+    assert sum(r["ops"] for r in results) > min_ops, results
+    assert [w for r in results for w in r["wrong"]] == [], results
+    assert [e for r in results for e in r["errors"]] == [], results
+
+
+def books_balance(mnt, objects):
+    """Once the last releases are in (bounded wait), the store holds
+    exactly `objects` objects, one file each, and nothing reserved."""
+    deadline = time.time() + 10
+    while time.time() < deadline and mnt.metrics()["artfs_bytes_reserved"]:
+        time.sleep(0.05)
+    m = mnt.metrics()
+    assert m["artfs_objects"] == objects and m["artfs_bytes_reserved"] == 0, m
+    assert sum(len(f) for _, _, f in os.walk(os.path.join(mnt.store, "v"))) == objects
+
+
 def worker(mnt, seed, seconds, q):
     rng = random.Random(seed)
     counts = {"ops": 0, "wrong": 0, "absent": 0, "errors": []}
@@ -207,10 +225,7 @@ def layout_worker(mnt, seed, seconds, q):
 
 def test_batches_of_mixed_header_layouts_from_many_processes(mnt):
     os.makedirs(mnt.path(LWV))
-    results = run_processes(layout_worker, [(mnt.mountpoint, s, 5) for s in range(8)])
-    assert sum(r["ops"] for r in results) > 80, results
-    assert [w for r in results for w in r["wrong"]] == [], results
-    assert [e for r in results for e in r["errors"]] == [], results
+    all_went_well(run_processes(layout_worker, [(mnt.mountpoint, s, 5) for s in range(8)]), 80)
     # Every good envelope once more by path, in one batch: 0 each (identical,
     # or a key-only object gaining its name); then each reads back exactly,
     # by key and by path, and no damaged one exists.
@@ -224,12 +239,7 @@ def test_batches_of_mixed_header_layouts_from_many_processes(mnt):
     for h in BAD:
         assert not os.path.exists(mnt.path(".keys", keys[h]))
         assert not os.path.exists(mnt.path(LWV, h))
-    deadline = time.time() + 10
-    while time.time() < deadline and mnt.metrics()["artfs_bytes_reserved"]:
-        time.sleep(0.05)
-    m = mnt.metrics()
-    assert m["artfs_objects"] == len(GOOD) and m["artfs_bytes_reserved"] == 0, m
-    assert sum(len(f) for _, _, f in os.walk(os.path.join(mnt.store, "v"))) == len(GOOD)
+    books_balance(mnt, len(GOOD))
     assert sum(len(f) for _, _, f in os.walk(os.path.join(mnt.store, "tmp"))) == 0
 
 
@@ -409,10 +419,7 @@ def stream_worker(mnt, seed, seconds, q):
 
 def test_large_batches_of_the_same_keys_from_many_processes(mnt):
     os.makedirs(mnt.path(SWV))
-    results = run_processes(stream_worker, [(mnt.mountpoint, s, 6) for s in range(8)])
-    assert sum(r["ops"] for r in results) > 40, results
-    assert [w for r in results for w in r["wrong"]] == [], results
-    assert [e for r in results for e in r["errors"]] == [], results
+    all_went_well(run_processes(stream_worker, [(mnt.mountpoint, s, 6) for s in range(8)]), 40)
     # Every key once more in one batch by path: 0 each; then each reads
     # back exactly by key and by path, and the books balance.
     keys = {h: derive_key(SWV, h).split("/", 1)[1] for h in SKEYS}
@@ -422,9 +429,4 @@ def test_large_batches_of_the_same_keys_from_many_processes(mnt):
         assert read(mnt.path(".keys", keys[h])) == stream_envelope(h)
         i = int(h[:2], 16)
         assert read(mnt.path(SWV, h)) == npy_bytes(routed_experts(16 + i % 5, seed=4000 + i))
-    deadline = time.time() + 10
-    while time.time() < deadline and mnt.metrics()["artfs_bytes_reserved"]:
-        time.sleep(0.05)
-    m = mnt.metrics()
-    assert m["artfs_objects"] == len(SKEYS) and m["artfs_bytes_reserved"] == 0, m
-    assert sum(len(f) for _, _, f in os.walk(os.path.join(mnt.store, "v"))) == len(SKEYS)
+    books_balance(mnt, len(SKEYS))
