@@ -334,7 +334,7 @@ static int commit_round(struct tree *t, struct put *p, size_t from)
 	return rc;
 }
 
-/* Side by side only when all of bytes fit in the store at once: else a
+/* Side by side only when all of the bytes fit in the store at once: else a
  * record could be refused (ENOSPC) for room that records after it hold.
  * Then one at a time, each committed before the next begins. */
 static size_t flush_threads(struct tree *t, uint64_t bytes)

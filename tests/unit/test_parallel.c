@@ -3,6 +3,7 @@
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "parallel.h"
@@ -77,6 +78,61 @@ START_TEST(nested_loops)
 }
 END_TEST
 
+/* parallel_begin/_end as a .put's flush uses them: item i waits until the
+ * caller has made i available (or says none will come), while the caller
+ * goes on making them; every available item runs once, the others return. */
+struct stream {
+	_Atomic size_t avail;
+	_Atomic bool closed;
+	_Atomic unsigned *seen;
+	_Atomic size_t ran;
+};
+
+static void wait_then_count(void *ctx, size_t i)
+{
+	struct stream *st = ctx;
+
+	while (i >= atomic_load(&st->avail))
+		if (atomic_load(&st->closed) && i >= atomic_load(&st->avail))
+			return;
+	atomic_fetch_add(&st->seen[i], 1);
+	atomic_fetch_add(&st->ran, 1);
+}
+
+static void check_stream(size_t n, size_t made, size_t max_threads)
+{
+	struct stream st = { .seen = calloc(n, sizeof(*st.seen)) };
+	struct parallel_loop l;
+
+	ck_assert_ptr_nonnull(st.seen);
+	atomic_init(&st.avail, 0);
+	atomic_init(&st.closed, false);
+	atomic_init(&st.ran, 0);
+	parallel_begin(&l, n, 4, max_threads, wait_then_count, &st);
+	for (size_t i = 1; i <= made; i++) {
+		for (volatile int spin = 0; spin < 2000; spin++)
+			; /* the caller's own work between items */
+		atomic_store(&st.avail, i);
+	}
+	atomic_store(&st.closed, true);
+	parallel_end(&l);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_uint_eq(atomic_load(&st.seen[i]), i < made ? 1 : 0);
+	ck_assert_uint_eq(atomic_load(&st.ran), made);
+	free(st.seen);
+}
+
+START_TEST(begin_and_end_around_the_callers_work)
+{
+	for (int k = 0; k < 50; k++) {
+		check_stream(64, 64, PARALLEL_THREADS_MAX);
+		check_stream(64, 37, PARALLEL_THREADS_MAX);
+		check_stream(64, 0, PARALLEL_THREADS_MAX);
+		check_stream(64, 20, 1); /* no helper: the caller runs them at the end */
+	}
+}
+END_TEST
+
 Suite *parallel_suite(void)
 {
 	Suite *s = suite_create("parallel");
@@ -86,6 +142,7 @@ Suite *parallel_suite(void)
 	tcase_add_test(tc, every_item_once);
 	tcase_add_test(tc, concurrent_loops);
 	tcase_add_test(tc, nested_loops);
+	tcase_add_test(tc, begin_and_end_around_the_callers_work);
 	suite_add_tcase(s, tc);
 	return s;
 }
