@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
@@ -33,16 +34,22 @@
  * a reader's buffer is still in the CPU's cache when the GPU reads it: from
  * tmpfs on a 16-core H200 host, 8 GiB loaded at 23-27 GB/s with 16 MiB
  * reads, 33-39 with 8, 45-49 with 4, 47-51 with 2 and 45-48 with 1
- * (bench/RESULTS, 2026-12-01). From a disk, large, so that many reads are
- * in flight; a pinned buffer holds the larger. */
+ * (bench/RESULTS, 2026-12-01). From a disk, large: cold, 8 readers of
+ * 64 MiB reads were at or above the disk's own rate in every run where the
+ * 16 readers of 16 MiB before were 0.85-1.15x of it (2026-12-03). A disk
+ * read is gathered into all of a reader's pinned buffers (CHUNK_BUFFER
+ * bytes each); replicated weights, broadcast chunk by chunk, read one
+ * buffer at a time. */
 #define CHUNK_MEMORY (2u << 20)
-#define CHUNK_DISK (16u << 20)
+#define CHUNK_BUFFER (16u << 20)
+#define CHUNK_DISK ((uint64_t)CHUNK_BUFFER * BUFS_PER_READER)
 #define CHUNK_MIB_MAX 64
-_Static_assert(CHUNK_MEMORY <= CHUNK_DISK, "a pinned buffer holds the largest read");
+_Static_assert(CHUNK_MEMORY <= CHUNK_BUFFER, "a pinned buffer holds a read from memory");
+#define READERS_DISK 8
 #define RESIDENT_SAMPLES 64
 #define READERS_MIN 4
 #define READERS_MAX 32
-#define BUFS_PER_READER 3
+#define BUFS_PER_READER 4
 #define RANKS_MAX 64
 
 /* Pinned buffers kept from one load to the next; one load at a time uses
@@ -142,7 +149,7 @@ static size_t buffer_bytes(void)
 {
 	size_t o = chunk_override();
 
-	return o ? o : CHUNK_DISK;
+	return o ? o : CHUNK_BUFFER;
 }
 
 /* Whether a file's bytes are in memory: every one of RESIDENT_SAMPLES pages
@@ -209,17 +216,28 @@ static int plan_chunks(struct loader *ld)
 	return 0;
 }
 
-static bool read_chunk(struct loader *ld, const struct chunk *c, void *buf)
+/* Reads the chunk into the reader's buffers from b on: one buffer, or (a
+ * chunk larger than a buffer, from b = 0) as many as it fills, in one
+ * gathered read. */
+static bool read_chunk(struct loader *ld, const struct chunk *c, struct reader *rd, int b)
 {
-	char *p = buf;
+	const size_t bb = buffer_bytes();
 	uint64_t done = 0;
 
-	if (c->len > buffer_bytes()) { /* never: every read size fits a buffer */
-		fail(ld, -EIO, "a read of %llu bytes exceeds its buffer", (unsigned long long)c->len);
+	if (c->len > (uint64_t)bb * (uint64_t)(BUFS_PER_READER - b)) { /* never: plan_chunks */
+		fail(ld, -EIO, "a read of %llu bytes exceeds its buffers", (unsigned long long)c->len);
 		return false;
 	}
 	while (done < c->len) {
-		ssize_t n = pread(ld->fds[c->file], p + done, c->len - done, (off_t)(c->off + done));
+		struct iovec iov[BUFS_PER_READER];
+		int niov = 0;
+		for (uint64_t at = done; at < c->len && niov < BUFS_PER_READER; niov++) {
+			size_t k = (size_t)(at / bb), in = (size_t)(at % bb);
+			size_t take = bb - in < c->len - at ? bb - in : (size_t)(c->len - at);
+			iov[niov] = (struct iovec){ (char *)rd->buf[b + (int)k] + in, take };
+			at += take;
+		}
+		ssize_t n = preadv(ld->fds[c->file], iov, niov, (off_t)(c->off + done));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
@@ -240,6 +258,7 @@ static bool copy_chunk(struct loader *ld, struct reader *rd, const struct chunk 
 {
 	const struct gpu_rank *src = &ld->l->ranks[c->rank];
 	const struct gpu_rank *to = &ld->l->ranks[dst];
+	const uint64_t bb = buffer_bytes();
 	uint64_t end = c->off + c->len;
 
 	if (!cuda_ok(ld, cudaSetDevice(to->device), "cudaSetDevice"))
@@ -255,18 +274,28 @@ static bool copy_chunk(struct loader *ld, struct reader *rd, const struct chunk 
 		if (z <= a)
 			continue;
 		uint64_t at = p->slab_offset + (a - p->file_offset);
-		if (!cuda_ok(ld, cudaMemcpyAsync((char *)ld->slabs[dst] + at, (char *)rd->buf[b] + (a - c->off),
-						 z - a, cudaMemcpyHostToDevice, rd->streams[dst]),
-			     "cudaMemcpyAsync"))
-			return false;
 		if (at < *lo)
 			*lo = at;
 		if (at + (z - a) > *hi)
 			*hi = at + (z - a);
+		/* In the buffer that holds each part (a gathered read spans several). */
+		for (uint64_t rel = a - c->off; a < z;) {
+			uint64_t in = rel % bb, n = bb - in < z - a ? bb - in : z - a;
+			if (!cuda_ok(ld, cudaMemcpyAsync((char *)ld->slabs[dst] + at,
+							 (char *)rd->buf[b + (int)(rel / bb)] + in, n,
+							 cudaMemcpyHostToDevice, rd->streams[dst]),
+				     "cudaMemcpyAsync"))
+				return false;
+			a += n;
+			at += n;
+			rel += n;
+		}
 	}
-	if (!cuda_ok(ld, cudaEventRecord(rd->events[b][dst], rd->streams[dst]), "cudaEventRecord"))
-		return false;
-	rd->used[b] |= 1ULL << dst;
+	for (int k = b; k <= b + (int)((c->len - 1) / bb); k++) {
+		if (!cuda_ok(ld, cudaEventRecord(rd->events[k][dst], rd->streams[dst]), "cudaEventRecord"))
+			return false;
+		rd->used[k] |= 1ULL << dst;
+	}
 	return true;
 }
 
@@ -317,7 +346,14 @@ static void *reader_main(void *arg)
 		if (i >= ld->nchunks || ld->failed || l->cancel)
 			break;
 		const struct chunk *c = &ld->chunks[i];
-		if (!buffer_free(ld, rd, b) || !read_chunk(ld, c, rd->buf[b]))
+		/* A chunk larger than a buffer takes them all, from the first. */
+		int last = (int)((c->len - 1) / buffer_bytes());
+		if (last > 0)
+			b = 0;
+		bool freed = true;
+		for (int k = b; k <= b + last && freed; k++)
+			freed = buffer_free(ld, rd, k);
+		if (!freed || !read_chunk(ld, c, rd, b))
 			break;
 		uint64_t lo, hi;
 		/* Replicated weights go to rank 0 here; the broadcaster sends
@@ -326,7 +362,7 @@ static void *reader_main(void *arg)
 			break;
 		if (l->replicated && l->nranks > 1 && hi > lo && !enqueue(ld, rd, b, lo, hi))
 			break;
-		b = (b + 1) % BUFS_PER_READER;
+		b = (b + 1 + last) % BUFS_PER_READER;
 	}
 	for (int k = 0; k < BUFS_PER_READER; k++)
 		buffer_free(ld, rd, k);
@@ -553,8 +589,9 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 		posix_fadvise(ld.fds[f], 0, 0, POSIX_FADV_SEQUENTIAL);
 		ld.chunk[f] = chunk_override();
 		if (!ld.chunk[f])
-			ld.chunk[f] = !broadcast && known && resident(ld.fds[f], l->paths[f], &st)
-					      ? CHUNK_MEMORY : CHUNK_DISK;
+			ld.chunk[f] = broadcast ? CHUNK_BUFFER
+				    : known && resident(ld.fds[f], l->paths[f], &st) ? CHUNK_MEMORY
+				    : CHUNK_DISK;
 	}
 	rc = plan_chunks(&ld);
 	if (rc < 0) {
@@ -570,6 +607,11 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 	}
 
 	unsigned n = readers_for(ld.nchunks);
+	bool all_disk = l->nfiles > 0 && !getenv("ARTFS_LOAD_READERS");
+	for (size_t f = 0; f < l->nfiles && all_disk; f++)
+		all_disk = ld.chunk[f] == CHUNK_DISK;
+	if (all_disk && n > READERS_DISK)
+		n = READERS_DISK; /* more readers of large reads were slower */
 	l->readers = n;
 	pthread_mutex_lock(&pool_mu);
 	bool pooled = !pool_busy;
