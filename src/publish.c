@@ -561,13 +561,14 @@ static int commit(struct tree *t, struct publish *u)
 }
 
 /* Links the verified file to its name (the link is what a restart finds). */
-static int link_into_place(struct tree *t, struct publish *u, struct stat *st)
+static int link_into_place(struct tree *t, struct publish *u)
 {
+	struct stat st;
 	int rc = store_tmp_link(u->ver->dirfd, &u->tmp, u->name);
 
 	if (rc == -EEXIST)
 		return count_existing(t, -EEXIST);
-	if (rc < 0 || fstat(u->tmp.fd, st) < 0) {
+	if (rc < 0 || fstat(u->tmp.fd, &st) < 0) {
 		char what[128];
 		snprintf(what, sizeof(what), "cannot link into the store: %s",
 			 strerror(rc < 0 ? -rc : errno));
@@ -578,7 +579,7 @@ static int link_into_place(struct tree *t, struct publish *u, struct stat *st)
 	o->keyed = true;
 	o->file_size = u->total;
 	atomic_store(&o->npy_size, u->npy_size);
-	atomic_store(&o->ctime_ns, (uint64_t)st->st_ctim.tv_sec * 1000000000u + (uint64_t)st->st_ctim.tv_nsec);
+	atomic_store(&o->ctime_ns, (uint64_t)st.st_ctim.tv_sec * 1000000000u + (uint64_t)st.st_ctim.tv_nsec);
 	atomic_store(&o->verified, 1);
 	return 0;
 }
@@ -612,7 +613,6 @@ static int indexed(struct tree *t, struct publish *u, int rc)
 
 static int commit_locked(struct tree *t, struct publish *u)
 {
-	struct stat st;
 	int rc;
 
 	struct object *old = existing(t, u);
@@ -627,7 +627,7 @@ static int commit_locked(struct tree *t, struct publish *u)
 		if (rc <= 0)
 			return rc;
 	}
-	rc = link_into_place(t, u, &st);
+	rc = link_into_place(t, u);
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&t->lock);
@@ -661,10 +661,9 @@ static size_t commit_run_locked(struct tree *t, struct publish **run, size_t n, 
 	pthread_mutex_unlock(&t->lock);
 	if (!take)
 		return 0;
-	struct stat st;
 	bool linked[PUBLISH_RUN_MAX];
 	for (size_t j = 0; j < take; j++) {
-		res[j] = link_into_place(t, run[j], &st);
+		res[j] = link_into_place(t, run[j]);
 		linked[j] = res[j] == 0;
 	}
 	pthread_mutex_lock(&t->lock);

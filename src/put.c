@@ -50,7 +50,6 @@ struct flush {
 	struct put *p;
 	struct parallel_loop loop;
 	bool open;                       /* begun, not ended */
-	bool commit_now;                 /* no remote=: commit as staged */
 	_Atomic size_t avail;            /* records of the queue that may be staged */
 	_Atomic bool closed;             /* no more records join */
 	pthread_mutex_t chain;           /* the thread committing */
@@ -182,18 +181,6 @@ static void stage(struct tree *t, struct put *p, struct put_rec *r)
 	r->staged = publish_check(t, r->pub, &r->to_cluster);
 }
 
-/* Commits a staged record (its publish's fsync) and writes its line. Its
- * publish is released after the flush (release_rec): records commit one
- * at a time, and what need not be in order is kept out of that. */
-static int commit_rec(struct tree *t, struct put *p, struct put_rec *r)
-{
-	int rc = r->refused;
-
-	if (r->pub)
-		rc = r->pub->ops->fsync(t, r->pub);
-	return record_line(p, r->key, rc);
-}
-
 static void release_rec(void *ctx, size_t i)
 {
 	struct flush *f = ctx;
@@ -206,7 +193,8 @@ static void release_rec(void *ctx, size_t i)
 }
 
 /* Commits records from..to, staged, in order: their publishes' fsyncs in
- * one run (publish_finish_run), then their lines. */
+ * one run (publish_finish_run), then their lines. The publishes are
+ * released after the flush (release_rec), out of the in-order commits. */
 static void commit_recs(struct flush *f, size_t from, size_t to)
 {
 	struct handle *hs[PUT_PIPELINE];
@@ -268,8 +256,8 @@ static void stage_one(void *ctx, size_t i)
 	if (!record_ready(f, i))
 		return;
 	stage(f->t, f->p, &f->p->queue[i]);
-	if (!f->commit_now)
-		return;
+	if (f->t->remote)
+		return; /* the cluster round comes first (commit_round) */
 	atomic_store(&f->ready[i], true);
 	commit_ready(f);
 }
@@ -283,7 +271,6 @@ static void flush_begin(struct tree *t, struct put *p, size_t threads, size_t it
 	f->t = t;
 	f->p = p;
 	f->open = true;
-	f->commit_now = !t->remote;
 	f->rc = 0;
 	atomic_init(&f->avail, p->nqueued);
 	atomic_init(&f->closed, false);
@@ -294,18 +281,20 @@ static void flush_begin(struct tree *t, struct put *p, size_t threads, size_t it
 	parallel_begin(&f->loop, items, PUT_PER_THREAD, threads, stage_one, f);
 }
 
-/* Commits the staged records from..nqueued here, in order; with remote=
- * they go to the cluster first, in one pipelined round per node. */
-static int commit_round(struct tree *t, struct put *p, size_t from)
+/* With remote=: the staged records go to the cluster, in one pipelined
+ * round per node, then commit here in order. */
+static void commit_round(struct flush *f)
 {
+	struct tree *t = f->t;
+	struct put *p = f->p;
 	size_t n = p->nqueued, k = 0;
 	const char *keys[PUT_PIPELINE];
 	const void *vals[PUT_PIPELINE];
 	size_t lens[PUT_PIPELINE], which[PUT_PIPELINE];
 	uint8_t *bufs[PUT_PIPELINE] = { 0 };
-	int results[PUT_PIPELINE], rc = 0;
+	int results[PUT_PIPELINE];
 
-	for (size_t i = from; i < n && t->remote; i++) {
+	for (size_t i = 0; i < n; i++) {
 		struct put_rec *r = &p->queue[i];
 		if (!r->pub)
 			continue;
@@ -325,13 +314,9 @@ static int commit_round(struct tree *t, struct put *p, size_t from)
 		remote_put_many(t->remote, k, keys, vals, lens, results);
 	for (size_t j = 0; j < k; j++)
 		publish_remote_result(t, p->queue[which[j]].pub, results[j]);
-	for (size_t i = from; i < n; i++) {
-		int r = commit_rec(t, p, &p->queue[i]);
-		if (r < 0 && !rc)
-			rc = r;
+	commit_recs(f, 0, n);
+	for (size_t i = 0; i < n; i++)
 		free(bufs[i]);
-	}
-	return rc;
 }
 
 /* Side by side only when all of the bytes fit in the store at once: else a
@@ -357,16 +342,15 @@ static int flush_queue(struct tree *t, struct put *p)
 	atomic_store(&f->closed, true);
 	parallel_end(&f->loop);
 	f->open = false;
-	int rc = 0;
-	if (f->commit_now)
-		commit_ready(f); /* nothing is left: every record is staged */
+	if (t->remote)
+		commit_round(f);
 	else
-		rc = commit_round(t, p, 0);
+		commit_ready(f); /* nothing is left: every record is staged */
 	pthread_mutex_destroy(&f->chain);
 	parallel_for(n, PUT_PER_THREAD, PARALLEL_THREADS_MAX, release_rec, f);
 	p->nqueued = 0;
 	p->buf_len = 0;
-	return f->rc ? f->rc : rc;
+	return f->rc;
 }
 
 /* The record in progress joins the queue (and an open flush); a full
