@@ -446,3 +446,53 @@ def test_many_batches_fetch_the_same_misses_at_once(nodes):
     assert b.metrics()["artfs_objects"] <= len(hashes)
     files = sum(len(f) for _, _, f in os.walk(os.path.join(b.store, "v")))
     assert files == b.metrics()["artfs_objects"]
+
+
+def _remote_putter(mnts, wv, hashes, seed, start, q):
+    import random
+    rng = random.Random(seed)
+    keys = [key_hex(wv, h) for h in hashes]
+    envs = [encode(wv, h, routed_experts(3, seed=i), source_token_start=3 * i)
+            for i, h in enumerate(hashes)]
+    start.wait(timeout=60)
+    wrong, errors = 0, []
+    for _ in range(4):
+        mnt = rng.choice(mnts)
+        pick = rng.sample(range(len(hashes)), 40)
+        try:
+            if rng.random() < 0.5:  # by key, in one write
+                out = transact(os.path.join(mnt, ".keys", ".put"), b"".join(envs[i] for i in pick))
+            else:                   # by path
+                out = transact(os.path.join(mnt, wv, ".put"),
+                               b"".join(hashes[i].encode() + b"\n" + envs[i] for i in pick))
+            wrong += out.decode() != "".join(f"{keys[i]} 0\n" for i in pick)
+            other = rng.choice(mnts)  # every record read back, on either node
+            fd = os.open(os.path.join(other, ".keys", ".get"), os.O_RDWR)
+            os.write(fd, "".join(keys[i] + "\n" for i in pick).encode())
+            got = os.pread(fd, 1 << 22, 0)
+            os.close(fd)
+            wrong += got != b"".join(envs[i] for i in pick)
+        except OSError as e:
+            errors.append(errno.errorcode.get(e.errno, e.errno))
+    q.put((wrong, errors))
+
+
+def test_many_processes_put_the_same_keys_through_both_nodes(nodes):
+    """Six processes start together and put batches of the same keys (by key
+    and by path, identical content) through A or B, each batch first to the
+    cluster in one round and then committed here in order, and read every
+    record back through .get on either node: every line is 0, every byte is
+    the envelope put, and each node ends with at most one object and one
+    file per key."""
+    a, b = nodes("a"), nodes("b")
+    for m in (a, b):
+        os.makedirs(m.path(WV), exist_ok=True)
+    hashes = ["%04x" % i + "e6" * 6 for i in range(80)]
+    start = multiprocessing.get_context("fork").Barrier(6)
+    results = run_processes(_remote_putter, [([a.mountpoint, b.mountpoint], WV, hashes, s, start)
+                                             for s in range(6)])
+    assert results == [(0, [])] * 6, results
+    for m in (a, b):
+        objects = m.metrics()["artfs_objects"]
+        assert objects <= len(hashes)
+        assert sum(len(f) for _, _, f in os.walk(os.path.join(m.store, "v"))) == objects
