@@ -1,122 +1,235 @@
-/* The request loop. One thread reads requests and answers the quick ones at
- * once: on few cores a FUSE round trip costs mostly the wake-up of whoever
- * takes the request, and libfuse's multi-threaded loop wakes an idle thread
- * for every one. Requests that may take long (verifying a large object, a
- * materialized request, a large write, a command) are handed to workers,
- * which reply on their own. */
+/* The request loop: one thread at a time reads requests (the leader) and
+ * answers them itself. On few cores a FUSE round trip costs mostly the
+ * wake-up of whoever takes the request, and libfuse's multi-threaded loop
+ * wakes an idle thread for every one; here the thread that answered one
+ * request reads the next. A request that may take long (verifying a large
+ * object, a materialized request, a large write, a command) first hands the
+ * reading to another thread (fs_hand_off), then runs where it was read, on
+ * the buffer it was read into: nothing is copied, and the other thread's
+ * wake-up happens while this one works. A thread that handed off waits,
+ * once its request is answered, until it is wanted to lead again.
+ *
+ * Signals go to the thread that called fs_loop, which only waits for the
+ * end: the others block them. The leader waits for a request in poll(2),
+ * on /dev/fuse (non-blocking) and on an eventfd that fs_loop writes at the
+ * end; the others finish the request they run, if any, and leave. */
 #include "autoconf.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "log.h"
 #include "loop.h"
-
-struct job {
-	struct job *next;
-	void (*fn)(void *arg);
-	void *arg;
-};
 
 static struct {
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	struct job *head, **tail;
-	bool stop;
+	pthread_cond_t cv;          /* a follower waits here to lead */
+	bool leader;                /* a thread reads, or is about to */
+	_Atomic bool stop;
+	int rc;                     /* why the session ended: 0 or -errno */
 	unsigned idle, threads, max;
 	pthread_t *ids;
+	struct fuse_buf *bufs;      /* each thread's request buffer */
+	struct fuse_session *se;
+	sem_t ended;                /* posted when the session ends */
+	int64_t spin_ns;            /* see receive(); 0: none */
+	int end_fd;                 /* an eventfd, readable once the loop ends */
 } pool = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
-static void *worker(void *unused)
+static _Thread_local bool leading;
+
+#define LEAD_SPIN_NS 50000   /* see receive() */
+#define LEAD_SPIN_CPUS 8     /* fewer: the CPU it spins on is wanted */
+
+static void *serve_thread_main(void *arg);
+
+/* Under pool.mu: one more thread, which leads at once if none does. */
+static bool spawn(void)
 {
-	(void)unused;
+	unsigned k = pool.threads;
+
+	if (k >= pool.max || atomic_load(&pool.stop))
+		return false; /* after stop, fs_loop has counted the threads to join */
+	if (pthread_create(&pool.ids[k], NULL, serve_thread_main, (void *)(uintptr_t)k) != 0)
+		return false;
+	pool.threads++;
+	return true;
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The next request (n > 0), or the end (0 or -errno). With CPUs to spare
+ * the leader keeps asking for LEAD_SPIN_NS after the last one before it
+ * sleeps in poll(2): a client's next request mostly comes within that (an
+ * fsync after its write), and then needs no wake-up, which costs more
+ * than the round trip itself on a virtual machine. */
+static int receive(struct fuse_buf *buf)
+{
+	int64_t until = pool.spin_ns ? now_ns() + pool.spin_ns : 0;
+
+	for (;;) {
+		int n = fuse_session_receive_buf(pool.se, buf);
+		if (n != -EAGAIN)
+			return n;
+		if (until && now_ns() < until)
+			continue;
+		struct pollfd p[2] = { { .fd = fuse_session_fd(pool.se), .events = POLLIN },
+				       { .fd = pool.end_fd, .events = POLLIN } };
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			return -errno;
+		if (atomic_load(&pool.stop))
+			return 0;
+	}
+}
+
+/* Reads and answers requests until this thread hands the reading off:
+ * 0, or the session ended: -errno, 1 when it ended cleanly. */
+static int lead(struct fuse_buf *buf)
+{
+	while (leading) {
+		if (atomic_load(&pool.stop) || fuse_session_exited(pool.se))
+			return 1;
+		int n = receive(buf);
+		if (n == -EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 && n != -ENODEV ? n : 1;
+		fuse_session_process_buf(pool.se, buf);
+	}
+	return 0;
+}
+
+static void *serve_thread_main(void *arg)
+{
+	struct fuse_buf *buf = &pool.bufs[(uintptr_t)arg];
+
 	pthread_mutex_lock(&pool.mu);
 	for (;;) {
-		while (!pool.head && !pool.stop) {
+		while (pool.leader && !atomic_load(&pool.stop)) {
 			pool.idle++;
 			pthread_cond_wait(&pool.cv, &pool.mu);
 			pool.idle--;
 		}
-		if (!pool.head)
+		if (atomic_load(&pool.stop))
 			break;
-		struct job *j = pool.head;
-		pool.head = j->next;
-		if (!pool.head)
-			pool.tail = &pool.head;
+		pool.leader = true;
 		pthread_mutex_unlock(&pool.mu);
-		j->fn(j->arg);
-		free(j);
+		leading = true;
+		int rc = lead(buf);
 		pthread_mutex_lock(&pool.mu);
+		if (rc) { /* the session ended */
+			if (!atomic_load(&pool.stop)) {
+				pool.rc = rc < 0 ? rc : 0;
+				atomic_store(&pool.stop, true);
+				pthread_cond_broadcast(&pool.cv);
+				sem_post(&pool.ended);
+			}
+			break;
+		}
 	}
 	pthread_mutex_unlock(&pool.mu);
 	return NULL;
 }
 
-int fs_defer(void (*fn)(void *arg), void *arg)
+void fs_hand_off(void)
 {
-	struct job *j;
-
-	if (!pool.ids)
-		return -EAGAIN; /* -s: libfuse's own loop, no workers; run in place */
-	j = malloc(sizeof(*j));
-	if (!j)
-		return -ENOMEM;
-	j->next = NULL;
-	j->fn = fn;
-	j->arg = arg;
+	if (!leading)
+		return; /* -s (libfuse's own loop), or handed off already */
+	leading = false;
 	pthread_mutex_lock(&pool.mu);
-	/* A new worker when none waits: a slow job never queues behind another. */
-	if (!pool.idle && pool.threads < pool.max &&
-	    pthread_create(&pool.ids[pool.threads], NULL, worker, NULL) == 0)
-		pool.threads++;
-	if (!pool.threads) { /* no worker could start: the caller runs it */
-		pthread_mutex_unlock(&pool.mu);
-		free(j);
-		return -EAGAIN;
-	}
-	*pool.tail = j;
-	pool.tail = &j->next;
-	pthread_cond_signal(&pool.cv);
+	pool.leader = false;
+	/* With no thread to spare, nobody reads until a request ends: the
+	 * thread that ends it leads again. */
+	if (pool.idle)
+		pthread_cond_signal(&pool.cv);
+	else
+		spawn();
 	pthread_mutex_unlock(&pool.mu);
-	return 0;
 }
 
-int fs_loop(struct fuse_session *se, unsigned max_workers)
+int fs_loop(struct fuse_session *se, unsigned max_threads)
 {
-	struct fuse_buf buf;
-	int rc = 0;
+	sigset_t all, old;
+	bool started;
 
-	memset(&buf, 0, sizeof(buf));
-	pthread_mutex_lock(&pool.mu);
-	pool.tail = &pool.head;
-	pool.max = max_workers ? max_workers : 1;
+	pool.max = max_threads ? max_threads : 1;
 	pool.ids = calloc(pool.max, sizeof(*pool.ids));
-	pthread_mutex_unlock(&pool.mu);
-	if (!pool.ids)
+	pool.bufs = calloc(pool.max, sizeof(*pool.bufs));
+	if (!pool.ids || !pool.bufs || sem_init(&pool.ended, 0, 0) != 0) {
+		free(pool.ids);
+		free(pool.bufs);
 		return -ENOMEM;
-	while (!fuse_session_exited(se)) {
-		int n = fuse_session_receive_buf(se, &buf);
-		if (n == -EINTR)
-			continue;
-		if (n <= 0) {
-			rc = n;
-			break;
-		}
-		fuse_session_process_buf(se, &buf);
 	}
-	free(buf.mem);
+	pool.se = se;
+	pool.rc = 0;
+	pool.spin_ns = sysconf(_SC_NPROCESSORS_ONLN) >= LEAD_SPIN_CPUS ? LEAD_SPIN_NS : 0;
+	int fd = fuse_session_fd(se), fl = fcntl(fd, F_GETFL);
+	pool.end_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || pool.end_fd < 0) {
+		int rc = -errno;
+		if (pool.end_fd >= 0)
+			close(pool.end_fd);
+		sem_destroy(&pool.ended);
+		free(pool.ids);
+		free(pool.bufs);
+		return rc;
+	}
+	pool.leader = false;
+	atomic_store(&pool.stop, false);
+	/* Threads inherit the mask: signals reach only this one. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
 	pthread_mutex_lock(&pool.mu);
-	pool.stop = true;
+	started = spawn();
+	pthread_mutex_unlock(&pool.mu);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	/* A signal ends the wait (EINTR) after libfuse's handler marked the
+	 * session exited; one that came just before the wait is seen within
+	 * a second. */
+	while (started && !fuse_session_exited(se)) {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 1;
+		if (sem_timedwait(&pool.ended, &until) == 0)
+			break;
+	}
+	pthread_mutex_lock(&pool.mu);
+	atomic_store(&pool.stop, true);
 	pthread_cond_broadcast(&pool.cv);
+	unsigned n = pool.threads;
 	pthread_mutex_unlock(&pool.mu);
-	for (unsigned i = 0; i < pool.threads; i++)
+	/* The leader's poll returns; the others see stop. */
+	uint64_t one = 1;
+	if (write(pool.end_fd, &one, sizeof(one)) < 0)
+		log_err("cannot end the request loop: %s", strerror(errno));
+	for (unsigned i = 0; i < n; i++)
 		pthread_join(pool.ids[i], NULL);
-	pthread_mutex_lock(&pool.mu);
+	for (unsigned i = 0; i < pool.max; i++)
+		free(pool.bufs[i].mem);
+	free(pool.bufs);
 	free(pool.ids);
+	pool.bufs = NULL;
 	pool.ids = NULL;
-	pthread_mutex_unlock(&pool.mu);
+	pool.threads = 0;
+	sem_destroy(&pool.ended);
+	close(pool.end_fd);
 	fuse_session_reset(se);
-	return rc < 0 && rc != -ENODEV ? rc : 0;
+	return started ? pool.rc : -EAGAIN;
 }

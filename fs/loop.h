@@ -1,13 +1,14 @@
-/* artfs's request loop: quick requests on the reading thread, slow ones on
- * workers (see loop.c). */
+/* artfs's request loop: one thread reads and answers requests; a slow one
+ * hands the reading to another thread first (see loop.c). */
 #ifndef ARTFS_FS_LOOP_H
 #define ARTFS_FS_LOOP_H
 
 #include "ops.h"
 
-/* Runs until the session ends; up to max_workers threads for slow requests. */
-int fs_loop(struct fuse_session *se, unsigned max_workers);
-/* Runs fn(arg) on a worker; fn replies to its request. 0 or -ENOMEM. */
-int fs_defer(void (*fn)(void *arg), void *arg);
+/* Runs until the session ends, on up to max_threads threads. */
+int fs_loop(struct fuse_session *se, unsigned max_threads);
+/* Called by a request that may take long, before it runs: another thread
+ * reads the next requests meanwhile. Nothing under -s (libfuse's loop). */
+void fs_hand_off(void);
 
 #endif

@@ -65,46 +65,24 @@ static void reply_entry(fuse_req_t req, int rc, const struct tree_entry *e)
 		tree_forget(tree_of(req), e->node, 1); /* the request was interrupted */
 }
 
-/* A request handed to a worker (fs_defer) when it may take long: its
- * arguments, copied, and what to run. A write's bytes are copied too,
- * since the request's buffer is reused once the handler returns. */
+/* A request's arguments and what to run. A request that may take long
+ * (the core's quick tests say no) hands the reading of requests to another
+ * thread first, then runs here, on the buffer the request was read into. */
 struct job {
 	void (*run)(struct job *j);
 	fuse_req_t req;
 	struct handle *h;
-	struct node *n;            /* opendir: the kernel holds the inode meanwhile */
+	struct node *n;
 	struct fuse_file_info fi;
 	size_t size;
 	off_t off;
-	const char *data;          /* write: the bytes (j->copy once deferred) */
-	char copy[];
+	const char *data;          /* write: the bytes; lookup and others: a name */
 };
 
-static void job_main(void *arg)
+static void run_job(bool quick, struct job *j)
 {
-	struct job *j = arg;
-
-	j->run(j);
-	free(j);
-}
-
-/* Runs j at once when quick (or when no worker can take it), else on a
- * worker; copies what must outlive this handler. */
-static void run_or_defer(bool quick, struct job *j)
-{
-	size_t extra = j->data ? j->size : 0;
-	struct job *d;
-
-	if (!quick && (d = malloc(sizeof(*d) + extra))) {
-		*d = *j;
-		if (extra) {
-			memcpy(d->copy, j->data, extra);
-			d->data = d->copy;
-		}
-		if (fs_defer(job_main, d) == 0)
-			return;
-		free(d);
-	}
+	if (!quick)
+		fs_hand_off();
 	j->run(j);
 }
 
@@ -118,10 +96,9 @@ static void run_lookup(struct job *j)
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct job j = { .run = run_lookup, .req = req, .n = node_of(req, parent), .data = name,
-			 .size = strlen(name) + 1 };
+	struct job j = { .run = run_lookup, .req = req, .n = node_of(req, parent), .data = name };
 
-	run_or_defer(tree_name_quick(tree_of(req), j.n), &j);
+	run_job(tree_name_quick(tree_of(req), j.n), &j);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -193,10 +170,9 @@ static void run_unlink(struct job *j)
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct job j = { .run = run_unlink, .req = req, .n = node_of(req, parent), .data = name,
-			 .size = strlen(name) + 1 };
+	struct job j = { .run = run_unlink, .req = req, .n = node_of(req, parent), .data = name };
 
-	run_or_defer(tree_name_quick(tree_of(req), j.n), &j);
+	run_job(tree_name_quick(tree_of(req), j.n), &j);
 }
 
 static void op_refuse(fuse_req_t req)
@@ -250,9 +226,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		      struct fuse_file_info *fi)
 {
 	struct job j = { .run = run_create, .req = req, .n = node_of(req, parent), .fi = *fi,
-			 .data = name, .size = strlen(name) + 1 };
+			 .data = name };
 
-	run_or_defer(tree_name_quick(tree_of(req), j.n), &j);
+	run_job(tree_name_quick(tree_of(req), j.n), &j);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -292,7 +268,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct job j = { .run = run_read, .req = req, .h = handle_of(fi), .size = size, .off = off };
 
-	run_or_defer(tree_read_quick(tree_of(req), j.h), &j);
+	run_job(tree_read_quick(tree_of(req), j.h), &j);
 }
 
 static void run_write(struct job *j)
@@ -312,7 +288,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	struct job j = { .run = run_write, .req = req, .h = handle_of(fi), .fi = *fi,
 			 .size = size, .off = off, .data = buf };
 
-	run_or_defer(tree_write_quick(tree_of(req), j.h, size), &j);
+	run_job(tree_write_quick(tree_of(req), j.h, size), &j);
 }
 
 static void run_flush(struct job *j)
@@ -324,7 +300,7 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct job j = { .run = run_flush, .req = req, .h = handle_of(fi), .fi = *fi };
 
-	run_or_defer(tree_flush_quick(tree_of(req), j.h), &j);
+	run_job(tree_flush_quick(tree_of(req), j.h), &j);
 }
 
 static void run_fsync(struct job *j)
@@ -338,7 +314,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 {
 	struct job j = { .run = run_fsync, .req = req, .h = handle_of(fi) };
 
-	run_or_defer(tree_flush_quick(tree_of(req), j.h), &j);
+	run_job(tree_flush_quick(tree_of(req), j.h), &j);
 }
 
 static void run_release(struct job *j)
@@ -351,7 +327,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	struct job j = { .run = run_release, .req = req, .h = handle_of(fi) };
 
-	run_or_defer(tree_release_quick(tree_of(req), j.h), &j);
+	run_job(tree_release_quick(tree_of(req), j.h), &j);
 }
 
 static void run_opendir(struct job *j)
@@ -373,7 +349,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	struct job j = { .run = run_opendir, .req = req, .n = node_of(req, ino), .fi = *fi };
 
-	run_or_defer(tree_opendir_quick(tree_of(req), j.n), &j);
+	run_job(tree_opendir_quick(tree_of(req), j.n), &j);
 }
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

@@ -15,6 +15,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from conftest import read_to_end, run_processes, transact
 from envelope import derive_key, encode, header_fields, npy_bytes, pack, routed_experts
@@ -417,7 +418,12 @@ def stream_worker(mnt, seed, seconds, q):
     q.put(counts)
 
 
-def test_large_batches_of_the_same_keys_from_many_processes(mnt):
+@pytest.mark.parametrize("threads", [None, 2])
+def test_large_batches_of_the_same_keys_from_many_processes(make_mount, threads):
+    """With libfuse's default of threads and with two: then a batch that
+    hands the reading of requests to the other thread finds none to spare
+    while the other runs one too, and requests wait for one to end."""
+    mnt = make_mount(**({"max_threads": threads} if threads else {}))
     os.makedirs(mnt.path(SWV))
     all_went_well(run_processes(stream_worker, [(mnt.mountpoint, s, 6) for s in range(8)]), 40)
     # Every key once more in one batch by path: 0 each; then each reads
