@@ -20,6 +20,18 @@ int64_t clock_now(void)
 	return ts.tv_sec;
 }
 
+/* Spins before it sleeps: waking a thread that slept costs more than the
+ * wait (tens of microseconds on a virtual machine's idle CPUs). */
+void mutex_init_adaptive(pthread_mutex_t *m)
+{
+	pthread_mutexattr_t a;
+
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
+	pthread_mutex_init(m, &a);
+	pthread_mutexattr_destroy(&a);
+}
+
 void version_touch(struct version *v)
 {
 	atomic_store_explicit(&v->last_active, clock_now(), memory_order_relaxed);
@@ -46,7 +58,9 @@ void sizing_wait(struct tree *t)
 /* ---- open handles ---------------------------------------------------------- */
 
 static struct handle open_handles = { .prev = &open_handles, .next = &open_handles };
-static pthread_mutex_t open_handles_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Adaptive: every publish of a batch registers and drops its handle, on
+ * several threads at once (mutex_init_adaptive). */
+static pthread_mutex_t open_handles_lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
 
 void handle_init(struct handle *h, const struct handle_ops *ops)
 {

@@ -113,7 +113,7 @@ struct handle_ops {
 	bool (*read_quick)(struct tree *t, struct handle *h);
 	bool (*write_quick)(struct tree *t, struct handle *h, size_t len);
 	bool (*flush_quick)(struct tree *t, struct handle *h);
-	bool release_slow;    /* its release may block (frees GPU memory) */
+	bool release_slow;    /* its release may block or take long (frees GPU memory; closes files) */
 };
 
 /* An open file or directory. Reads hand out pointers into handle memory,
@@ -141,6 +141,9 @@ void handles_release_all(struct tree *t);
 
 /* CLOCK_REALTIME seconds. */
 int64_t clock_now(void);
+/* A lock that many threads take for a few hundred nanoseconds at a time
+ * (the tree's): one that finds it held spins a little before it sleeps. */
+void mutex_init_adaptive(pthread_mutex_t *m);
 /* Marks a version active now (publish, read or close). */
 void version_touch(struct version *v);
 

@@ -13,7 +13,7 @@
  * items left and is below its share of helpers. The calling thread works on
  * its own loop too, so a loop finishes even when every worker is busy. */
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t mu = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP; /* see mutex_init_adaptive */
 static pthread_cond_t work = PTHREAD_COND_INITIALIZER;
 static struct parallel_loop *open_loops;
 static pthread_once_t started = PTHREAD_ONCE_INIT;

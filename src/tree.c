@@ -38,8 +38,8 @@ int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen
 	memset(t, 0, sizeof(*t));
 	t->cfg = cfg;
 	t->started = clock_now();
-	pthread_mutex_init(&t->lock, NULL);
-	pthread_mutex_init(&t->commit_lock, NULL);
+	mutex_init_adaptive(&t->lock);
+	mutex_init_adaptive(&t->commit_lock);
 	pthread_mutex_init(&t->weights_mu, NULL);
 	pthread_cond_init(&t->weights_cv, NULL);
 	pthread_cond_init(&t->sized_cv, NULL);
