@@ -167,10 +167,7 @@ enum envelope_error envelope_parse_header(const uint8_t *json, size_t len, struc
 /* 64 lowercase hex digits. */
 static bool hex64(const uint8_t *p)
 {
-	for (size_t i = 0; i < 64; i++)
-		if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
-			return false;
-	return true;
+	return key_is_hex(p, 64);
 }
 
 /* Where the value of a string field named by pattern (its name, quoted,

@@ -22,6 +22,9 @@ void key_hex(const uint8_t *bytes, size_t len, char *out);
 /* 64 lowercase hex digits to 32 bytes. Returns 0 or -EINVAL. */
 int key_sha256_decode(const char *hex, uint8_t out[32]);
 
+/* Whether the n bytes at p are all lowercase hex digits. */
+bool key_is_hex(const void *p, size_t n);
+
 /* "vllm-artifact/" + hex(sha256(be64(len(wv)) ‖ wv ‖ be64(len(h)) ‖ h)) */
 void key_derive(const char *wv, const uint8_t *hash, size_t hash_len,
 		char out[ARTFS_KEY_LEN + 1]);
