@@ -48,14 +48,21 @@ enum put_state {
 struct flush {
 	struct tree *t;
 	struct put *p;
-	struct parallel_loop loop;
 	bool open;                       /* begun, not ended */
+	int rc;                          /* the first line that could not be written */
+	/* What the reading thread writes, what the stagers take and what the
+	 * committer marks lie a cache line apart at least: each is written
+	 * while the others spin on theirs. */
+	char gap0[64];
+	struct parallel_loop loop;
+	char gap1[64];
 	_Atomic size_t avail;            /* records of the queue that may be staged */
 	_Atomic bool closed;             /* no more records join */
+	char gap2[64];
 	pthread_mutex_t chain;           /* the thread committing */
 	_Atomic size_t next;             /* the next record to commit */
 	_Atomic bool ready[PUT_PIPELINE];
-	int rc;                          /* the first line that could not be written */
+	char gap3[64];
 };
 
 /* One record, from its header on: in progress, then in the queue. */
@@ -66,6 +73,7 @@ struct put_rec {
 	size_t hash_len;
 	struct envelope env;       /* its header, parsed once */
 	size_t off;                /* buffered: its envelope at buf + off */
+	const uint8_t *in_write;   /* or, while a flush is open, in the write being read */
 	struct handle *pub;        /* its publish, once begun */
 	bool streamed;             /* its bytes went to pub as they came */
 	int staged;                /* the publish's outcome short of its commit */
@@ -94,6 +102,12 @@ struct put {
 	struct put_rec queue[PUT_PIPELINE];
 	size_t nqueued;
 	struct flush flush;         /* the queue's, while open */
+	/* the publishes of the last flush, committed: released (their
+	 * temporary files closed) at the next flush or when the file is
+	 * closed, after the writes and the fsync that a batch waits for */
+	struct handle *spent[PUT_PIPELINE];
+	size_t nspent;
+	const uint8_t *head_at;     /* where the record in progress began in this write */
 	uint32_t seen;              /* records queued so far, in all */
 	uint8_t *buf;
 	size_t buf_len, buf_cap;
@@ -165,6 +179,12 @@ static int begin(struct tree *t, struct version *ver, struct put_rec *r)
 	return rc;
 }
 
+/* A queued record's envelope. */
+static const uint8_t *rec_bytes(const struct put *p, const struct put_rec *r)
+{
+	return r->in_write ? r->in_write : p->buf + r->off;
+}
+
 /* Everything of a queued record short of its commit. */
 static void stage(struct tree *t, struct put *p, struct put_rec *r)
 {
@@ -176,25 +196,30 @@ static void stage(struct tree *t, struct put *p, struct put_rec *r)
 		return;
 	}
 	/* A refusal is sticky in the publish: publish_check says it. */
-	publish_write_parsed(t, r->pub, &r->env, p->buf + r->off, envelope_total_len(&r->env),
+	publish_write_parsed(t, r->pub, &r->env, rec_bytes(p, r), envelope_total_len(&r->env),
 			     p->owner);
 	r->staged = publish_check(t, r->pub, &r->to_cluster);
 }
 
-static void release_rec(void *ctx, size_t i)
+static void release_spent_one(void *ctx, size_t i)
 {
 	struct flush *f = ctx;
-	struct put_rec *r = &f->p->queue[i];
 
-	if (r->pub) {
-		handle_put(f->t, r->pub); /* closes its temporary file */
-		r->pub = NULL;
-	}
+	handle_put(f->t, f->p->spent[i]); /* closes its temporary file */
+}
+
+/* Releases the publishes of the flush before. */
+static void release_spent(struct tree *t, struct put *p)
+{
+	struct flush f = { .t = t, .p = p };
+
+	parallel_for(p->nspent, PUT_PER_THREAD, PARALLEL_THREADS_MAX, release_spent_one, &f);
+	p->nspent = 0;
 }
 
 /* Commits records from..to, staged, in order: their publishes' fsyncs in
  * one run (publish_finish_run), then their lines. The publishes are
- * released after the flush (release_rec), out of the in-order commits. */
+ * released later (release_spent), out of the in-order commits. */
 static void commit_recs(struct flush *f, size_t from, size_t to)
 {
 	struct handle *hs[PUT_PIPELINE];
@@ -303,7 +328,7 @@ static void commit_round(struct flush *f)
 				continue;
 			vals[k] = bufs[i];
 		} else if (r->staged == 0 && r->to_cluster) {
-			vals[k] = p->buf + r->off;
+			vals[k] = rec_bytes(p, r);
 			lens[k] = envelope_total_len(&r->env);
 		} else
 			continue;
@@ -347,7 +372,12 @@ static int flush_queue(struct tree *t, struct put *p)
 	else
 		commit_ready(f); /* nothing is left: every record is staged */
 	pthread_mutex_destroy(&f->chain);
-	parallel_for(n, PUT_PER_THREAD, PARALLEL_THREADS_MAX, release_rec, f);
+	release_spent(t, p);
+	for (size_t i = 0; i < n; i++)
+		if (p->queue[i].pub) {
+			p->spent[p->nspent++] = p->queue[i].pub;
+			p->queue[i].pub = NULL;
+		}
 	p->nqueued = 0;
 	p->buf_len = 0;
 	return f->rc;
@@ -430,6 +460,7 @@ static void next_record(struct put *p)
 	p->remaining = p->fed = 0;
 	p->cur.refused = p->cur.staged = 0;
 	p->cur.pub = NULL;
+	p->cur.in_write = NULL;
 	p->cur.streamed = p->cur.to_cluster = false;
 	snprintf(p->cur.key, sizeof(p->cur.key), "-");
 }
@@ -456,7 +487,7 @@ static int start_stream(struct tree *t, struct put *p)
 
 /* The header is in: parse it (the only parse of it; none when it is laid
  * out as the one before), name the record and buffer it, or stream it. */
-static int start_record(struct tree *t, struct put *p)
+static int start_record(struct tree *t, struct put *p, size_t left)
 {
 	struct put_rec *r = &p->cur;
 	char detail[256];
@@ -498,12 +529,17 @@ static int start_record(struct tree *t, struct put *p)
 		p->state = PUT_SKIP;
 		return refuse(t, p, rc);
 	}
+	p->state = PUT_BODY;
+	if (p->flush.open && p->head_at && p->remaining <= left) {
+		/* Whole in the write, which outlives the flush: staged from there. */
+		r->in_write = p->head_at;
+		return 0;
+	}
 	if (total > PUT_BUFFER_RECORD_MAX || !buffer_room(t, p, (size_t)total))
 		return start_stream(t, p);
 	r->off = p->buf_len;
 	memcpy(p->buf + p->buf_len, p->head, p->head_len);
 	p->buf_len += p->head_len;
-	p->state = PUT_BODY;
 	return 0;
 }
 
@@ -550,6 +586,8 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 			break;
 		}
 		case PUT_HEAD: {
+			if (!p->head_len)
+				p->head_at = buf;
 			size_t take = p->head_need - p->head_len < len ? p->head_need - p->head_len : len;
 			memcpy(p->head + p->head_len, buf, take);
 			p->head_len += take;
@@ -571,7 +609,7 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 				p->head_need = ENVELOPE_PREFIX_LEN + hlen;
 				break;
 			}
-			rc = start_record(t, p);
+			rc = start_record(t, p, len);
 			if (rc == 0 && p->remaining == 0 && p->state != PUT_DEAD)
 				rc = end_record(t, p);
 			break;
@@ -580,7 +618,7 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 		case PUT_STREAM:
 		case PUT_SKIP: {
 			size_t take = p->remaining < len ? (size_t)p->remaining : len;
-			if (p->state == PUT_BODY) {
+			if (p->state == PUT_BODY && !p->cur.in_write) {
 				memcpy(p->buf + p->buf_len, buf, take);
 				p->buf_len += take;
 			} else if (p->state == PUT_STREAM) {
@@ -611,10 +649,14 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 }
 
 /* A write that brings several records begins a flush: each record is
- * staged as soon as it is read. Only when the buffer can take the whole
- * write in place (its stagers read it) and the store has room for all of
- * it (else records go one at a time, flush_threads); without remote=,
- * whose round to the cluster takes the queue whole. */
+ * staged as soon as it is read, from the write itself when the record lies
+ * whole in it (start_record), else from the buffer. The buffer must not
+ * move while stagers may read it: a header begun in an earlier write gets
+ * room for the whole write now, and only the record cut at the write's
+ * end may need more (the flush ends first, as at the write's end). Only
+ * when the store has room for all of it (else records go one at a time,
+ * flush_threads); without remote=, whose round to the cluster takes the
+ * queue whole. */
 static void stream_begin(struct tree *t, struct put *p, size_t len)
 {
 	if (len < PUT_STREAM_MIN || t->remote || p->state == PUT_DEAD || p->state == PUT_STREAM ||
@@ -623,7 +665,9 @@ static void stream_begin(struct tree *t, struct put *p, size_t len)
 	if (p->buf_len + len > PUT_QUEUE_BYTES)
 		return; /* room would mean a flush now, with a record in progress in the buffer */
 	p->write_left = len;
-	if (!buffer_room(t, p, len) || flush_threads(t, p->buf_len + len) == 1)
+	bool header_begun = (p->state == PUT_HEAD && p->head_len) ||
+			    (p->state == PUT_LINE && (p->line_len || p->bad_line));
+	if ((header_begun && !buffer_room(t, p, len)) || flush_threads(t, p->buf_len + len) == 1)
 		return;
 	flush_begin(t, p, PARALLEL_THREADS_MAX, PUT_PIPELINE);
 }
@@ -635,7 +679,8 @@ static int stream_end(struct tree *t, struct put *p)
 {
 	if (!p->flush.open)
 		return 0;
-	size_t from = p->cur.off, keep = p->state == PUT_BODY ? p->buf_len - p->cur.off : 0;
+	size_t from = p->cur.off;
+	size_t keep = p->state == PUT_BODY && !p->cur.in_write ? p->buf_len - p->cur.off : 0;
 	int rc = flush_queue(t, p);
 	if (keep) {
 		memmove(p->buf, p->buf + from, keep);
@@ -659,6 +704,7 @@ static int put_write(struct tree *t, struct handle *h, uint64_t off, const void 
 	else if (off != p->received)
 		rc = -EINVAL; /* records are a stream: sequential writes only */
 	else {
+		p->head_at = NULL; /* a header begun in an earlier write is not in this one */
 		stream_begin(t, p, len);
 		rc = consume(t, p, buf, len);
 		p->received += len;
@@ -740,6 +786,7 @@ static void put_release(struct tree *t, struct handle *h)
 {
 	struct put *p = (struct put *)h;
 
+	release_spent(t, p);
 	if (p->cur.pub)
 		handle_put(t, p->cur.pub);
 	for (size_t i = 0; i < p->nqueued; i++)
@@ -791,6 +838,7 @@ static const struct handle_ops put_ops = {
 	.release = put_release,
 	.write_quick = put_write_quick,
 	.flush_quick = put_flush_quick,
+	.release_slow = true, /* it closes the last flush's temporary files */
 };
 
 int put_open(struct tree *t, struct version *v, struct handle **h, struct open_reply *r)

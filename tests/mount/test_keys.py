@@ -509,11 +509,14 @@ def test_put_never_refuses_a_record_for_room_that_later_records_hold(make_mount)
 
 def test_a_batch_buffers_within_its_bound(mnt):
     """A batch holds the bytes of the records it has queued, charged with
-    the other transaction files' memory, and gives them back at close."""
+    the other transaction files' memory, and gives them back at close.
+    Records come one write each: a write of several is staged from the
+    write itself and committed before it returns, and holds nothing."""
     envs = [encode(WV, "%04x" % i, routed_experts(16, seed=i)) for i in range(40)]
     fd = os.open(mnt.path(".keys", ".put"), os.O_RDWR)
     try:
-        os.write(fd, b"".join(envs))
+        for e in envs:
+            assert os.write(fd, e) == len(e)
         held = mnt.metrics()["artfs_materialize_held_bytes"]
         assert sum(map(len, envs)) <= held <= 16 << 20
         os.fsync(fd)
