@@ -201,19 +201,24 @@ static void stage(struct tree *t, struct put *p, struct put_rec *r)
 	r->staged = publish_check(t, r->pub, &r->to_cluster);
 }
 
+struct spent {
+	struct tree *t;
+	struct put *p;
+};
+
 static void release_spent_one(void *ctx, size_t i)
 {
-	struct flush *f = ctx;
+	struct spent *s = ctx;
 
-	handle_put(f->t, f->p->spent[i]); /* closes its temporary file */
+	handle_put(s->t, s->p->spent[i]); /* closes its temporary file */
 }
 
 /* Releases the publishes of the flush before. */
 static void release_spent(struct tree *t, struct put *p)
 {
-	struct flush f = { .t = t, .p = p };
+	struct spent s = { t, p };
 
-	parallel_for(p->nspent, PUT_PER_THREAD, PARALLEL_THREADS_MAX, release_spent_one, &f);
+	parallel_for(p->nspent, PUT_PER_THREAD, PARALLEL_THREADS_MAX, release_spent_one, &s);
 	p->nspent = 0;
 }
 
@@ -679,8 +684,7 @@ static int stream_end(struct tree *t, struct put *p)
 {
 	if (!p->flush.open)
 		return 0;
-	size_t from = p->cur.off;
-	size_t keep = p->state == PUT_BODY && !p->cur.in_write ? p->buf_len - p->cur.off : 0;
+	size_t from = p->cur.off, keep = p->state == PUT_BODY ? p->buf_len - p->cur.off : 0;
 	int rc = flush_queue(t, p);
 	if (keep) {
 		memmove(p->buf, p->buf + from, keep);

@@ -397,6 +397,16 @@ def test_many_readers_fetch_the_same_misses_at_once(nodes):
     assert files == len(hashes)
 
 
+def get_envelopes(mnt, keys):
+    """One .keys/.get of keys on the mount mnt: the envelopes, in order."""
+    fd = os.open(os.path.join(mnt, ".keys", ".get"), os.O_RDWR)
+    try:
+        os.write(fd, "".join(k + "\n" for k in keys).encode())
+        return os.pread(fd, 1 << 22, 0)
+    finally:
+        os.close(fd)
+
+
 def _remote_batcher(mnt, wv, hashes, seed, start, q):
     import random
     rng = random.Random(seed)
@@ -417,11 +427,7 @@ def _remote_batcher(mnt, wv, hashes, seed, start, q):
                 wrong += got != want_mat
             else:
                 pick = rng.sample(keys, 40)
-                fd = os.open(os.path.join(mnt, ".keys", ".get"), os.O_RDWR)
-                os.write(fd, "".join(k + "\n" for k in pick).encode())
-                got = os.pread(fd, 1 << 22, 0)
-                os.close(fd)
-                wrong += got != b"".join(want[k] for k in pick)
+                wrong += get_envelopes(mnt, pick) != b"".join(want[k] for k in pick)
         except OSError as e:
             errors.append(errno.errorcode.get(e.errno, e.errno))
     q.put((wrong, errors))
@@ -467,10 +473,7 @@ def _remote_putter(mnts, wv, hashes, seed, start, q):
                                b"".join(hashes[i].encode() + b"\n" + envs[i] for i in pick))
             wrong += out.decode() != "".join(f"{keys[i]} 0\n" for i in pick)
             other = rng.choice(mnts)  # every record read back, on either node
-            fd = os.open(os.path.join(other, ".keys", ".get"), os.O_RDWR)
-            os.write(fd, "".join(keys[i] + "\n" for i in pick).encode())
-            got = os.pread(fd, 1 << 22, 0)
-            os.close(fd)
+            got = get_envelopes(other, [keys[i] for i in pick])
             wrong += got != b"".join(envs[i] for i in pick)
         except OSError as e:
             errors.append(errno.errorcode.get(e.errno, e.errno))
