@@ -1,6 +1,7 @@
-/* The load pipeline: reader threads pread checkpoint chunks into pinned host
- * buffers (several reads in flight), copy each tensor's part to its slab
- * offset with cudaMemcpyAsync. From the page cache or tmpfs one thread
+/* The load pipeline: reader threads read checkpoint chunks into pinned host
+ * buffers (pread from a disk; where the file is in memory, a copy out of
+ * its mapping: gpu/source.h), several reads in flight, and copy each
+ * tensor's part to its slab offset with cudaMemcpyAsync. From the page cache or tmpfs one thread
  * copies at a fraction of the host->device rate, so there are several
  * readers (readers_for), each with its own pinned buffers; the buffers stay
  * pinned between loads, and the daemon pins them once it has mounted
@@ -29,6 +30,7 @@
 #include "loader.h"
 #include "nccl.h"
 #include "slab.h"
+#include "source.h"
 
 /* Bytes of one read. From memory (tmpfs, the page cache) small enough that
  * a reader's buffer is still in the CPU's cache when the GPU reads it: from
@@ -46,7 +48,6 @@
 #define CHUNK_MIB_MAX 64
 _Static_assert(CHUNK_MEMORY <= CHUNK_BUFFER, "a pinned buffer holds a read from memory");
 #define READERS_DISK 8
-#define RESIDENT_SAMPLES 64
 #define READERS_MIN 4
 #define READERS_MAX 32
 #define BUFS_PER_READER 4
@@ -71,6 +72,7 @@ struct loader {
 	size_t nchunks;
 	_Atomic size_t next;
 	int *fds;
+	struct source_map *maps;   /* each file's mapping, where in memory */
 	uint64_t *chunk;           /* each file's read size */
 	/* Replicated weights: ranges of rank 0's slab waiting to be broadcast. */
 	pthread_mutex_t q_mu;
@@ -152,34 +154,6 @@ static size_t buffer_bytes(void)
 	return o ? o : CHUNK_BUFFER;
 }
 
-/* Whether a file's bytes are in memory: every one of RESIDENT_SAMPLES pages
- * spread over it is (mincore), as on tmpfs or a warm page cache. Looking
- * maps the file but touches none of its pages. The kernel says every page
- * is in memory when the caller could not write the file (Linux >= 5.0):
- * then it is not asked. */
-static bool resident(int fd, const char *path, const struct stat *st)
-{
-	long page = sysconf(_SC_PAGESIZE);
-
-	if (st->st_size <= 0 || page <= 0 || (uint64_t)st->st_size > (uint64_t)SIZE_MAX)
-		return false;
-	if (geteuid() != 0 && st->st_uid != geteuid() && faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) != 0)
-		return false;
-	size_t size = (size_t)st->st_size;
-	void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-	if (map == MAP_FAILED)
-		return false;
-	uint64_t pages = ((uint64_t)size + (uint64_t)page - 1) / (uint64_t)page;
-	bool in = true;
-	for (int i = 0; i < RESIDENT_SAMPLES && in; i++) {
-		uint64_t at = pages * (uint64_t)i / RESIDENT_SAMPLES;
-		unsigned char vec = 0;
-		in = mincore((char *)map + at * (uint64_t)page, (size_t)page, &vec) == 0 && (vec & 1);
-	}
-	munmap(map, size);
-	return in;
-}
-
 /* Splits every source rank's pieces into file ranges of at most a chunk. */
 static int plan_chunks(struct loader *ld)
 {
@@ -216,9 +190,22 @@ static int plan_chunks(struct loader *ld)
 	return 0;
 }
 
+/* Copies n bytes at off of a mapped file into dst. */
+static bool copy_mapped(struct loader *ld, const struct chunk *c, void *dst, uint64_t off, size_t n)
+{
+	int rc = source_copy(&ld->maps[c->file], dst, off, n);
+
+	if (rc < 0) {
+		fail(ld, -EIO, "reading %s at %llu: %s", ld->l->paths[c->file], (unsigned long long)off,
+		     rc == -EIO ? "the file shrank while it was loaded" : "outside the file");
+		return false;
+	}
+	return true;
+}
+
 /* Reads the chunk into the reader's buffers from b on: one buffer, or (a
  * chunk larger than a buffer, from b = 0) as many as it fills, in one
- * gathered read. */
+ * gathered read (or copies out of its file's mapping). */
 static bool read_chunk(struct loader *ld, const struct chunk *c, struct reader *rd, int b)
 {
 	const size_t bb = buffer_bytes();
@@ -236,6 +223,15 @@ static bool read_chunk(struct loader *ld, const struct chunk *c, struct reader *
 			size_t take = bb - in < c->len - at ? bb - in : (size_t)(c->len - at);
 			iov[niov] = (struct iovec){ (char *)rd->buf[b + (int)k] + in, take };
 			at += take;
+		}
+		if (ld->maps[c->file].base) {
+			for (int k = 0; k < niov; k++) {
+				if (!copy_mapped(ld, c, iov[k].iov_base, c->off + done, iov[k].iov_len))
+					return false;
+				done += iov[k].iov_len;
+				atomic_fetch_add(&ld->l->bytes_read, (uint64_t)iov[k].iov_len);
+			}
+			continue;
 		}
 		ssize_t n = preadv(ld->fds[c->file], iov, niov, (off_t)(c->off + done));
 		if (n < 0 && errno == EINTR)
@@ -568,7 +564,8 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 	for (size_t f = 0; f < l->nfiles; f++)
 		ld.fds[f] = -1;
 	ld.chunk = calloc(l->nfiles ? l->nfiles : 1, sizeof(*ld.chunk));
-	if (!ld.chunk) {
+	ld.maps = calloc(l->nfiles ? l->nfiles : 1, sizeof(*ld.maps));
+	if (!ld.chunk || !ld.maps) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -586,12 +583,12 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 			snprintf(err, errlen, "%s changed since its header was checked", l->paths[f]);
 			goto out;
 		}
-		posix_fadvise(ld.fds[f], 0, 0, POSIX_FADV_SEQUENTIAL);
+		bool in_memory = known && source_open(ld.fds[f], l->paths[f], &st, &ld.maps[f]);
+		if (!ld.maps[f].base)
+			posix_fadvise(ld.fds[f], 0, 0, POSIX_FADV_SEQUENTIAL);
 		ld.chunk[f] = chunk_override();
 		if (!ld.chunk[f])
-			ld.chunk[f] = broadcast ? CHUNK_BUFFER
-				    : known && resident(ld.fds[f], l->paths[f], &st) ? CHUNK_MEMORY
-				    : CHUNK_DISK;
+			ld.chunk[f] = broadcast ? CHUNK_BUFFER : in_memory ? CHUNK_MEMORY : CHUNK_DISK;
 	}
 	rc = plan_chunks(&ld);
 	if (rc < 0) {
@@ -667,6 +664,10 @@ out:
 			if (ld.fds[f] >= 0)
 				close(ld.fds[f]);
 	free(ld.fds);
+	if (ld.maps)
+		for (size_t f = 0; f < l->nfiles; f++)
+			source_unmap(&ld.maps[f]);
+	free(ld.maps);
 	free(ld.chunk);
 	free(ld.chunks);
 	if (rc < 0)

@@ -9,7 +9,9 @@ writes $OUT/hostload.json.
                                        bench_flip.py's trainer writes it, and
                                        loads each unloaded before the next
     ARTFS_SWEEP="auto 8 12 16 24 32"   settings: reader threads, or
-                                       threads:MiB with the read size (chunk)"""
+                                       threads:MiB with the read size (chunk);
+                                       "+pread" after either: files in memory
+                                       read with pread, not out of a mapping"""
 import json
 import os
 import time
@@ -22,11 +24,17 @@ OUT = os.environ.get("OUT", "/tmp")
 SETTINGS = os.environ.get("ARTFS_SWEEP", "auto 8 12 16 24 32").split()
 
 
+KNOBS = ("ARTFS_LOAD_READERS", "ARTFS_LOAD_CHUNK_MIB", "ARTFS_LOAD_PREAD")
+
+
 def daemon(setting):
-    """setting: READERS[:CHUNK_MIB], READERS "auto" for the daemon's choice."""
+    """setting: READERS[:CHUNK_MIB][+pread], READERS "auto" for the daemon's choice."""
+    setting, _, how = setting.partition("+")
     readers, _, chunk = setting.partition(":")
-    for k in ("ARTFS_LOAD_READERS", "ARTFS_LOAD_CHUNK_MIB"):
+    for k in KNOBS:
         os.environ.pop(k, None)
+    if how == "pread":
+        os.environ["ARTFS_LOAD_PREAD"] = "1"
     if readers != "auto":
         os.environ["ARTFS_LOAD_READERS"] = readers
     if chunk:
@@ -89,7 +97,7 @@ def main():
             res["sweep"][s] = r
             print(s, json.dumps(r), flush=True)
     finally:
-        for k in ("ARTFS_LOAD_READERS", "ARTFS_LOAD_CHUNK_MIB"):
+        for k in KNOBS:
             os.environ.pop(k, None)
         with open(os.path.join(OUT, "hostload.json"), "w") as f:
             json.dump(res, f, indent=1)

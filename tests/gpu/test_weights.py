@@ -4,11 +4,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import BUILD, GPUS, MOUNT, artfsctl, engine, make_checkpoint, status
+from conftest import BUILD, GPUS, MOUNT, artfsctl, engine, is_mounted, make_checkpoint, status
 
 
 def nvidia_used_mib(gpu):
@@ -214,3 +215,58 @@ def test_preload_from_the_config_file_and_the_disk_fallback(tmp_path):
     r = subprocess.run([__import__("sys").executable, "-c", code], capture_output=True, text=True,
                        env=env)
     assert r.returncode == 0 and r.stdout.startswith("DISK"), r.stderr
+
+
+def test_checkpoint_cut_short_while_loading(tmp_path):
+    """A checkpoint in memory that shrinks while it loads (a trainer writing
+    the same path again): the load fails naming the file, the daemon lives
+    on and loads the next one. Such files are read out of a mapping
+    (gpu/source.h), where a shrink faults (SIGBUS) instead of reading short.
+    One reader thread, so that the load lasts long enough to be cut."""
+    import conftest
+    ckpt = "/dev/shm/artfs-cut"
+    subprocess.run(["rm", "-rf", ckpt])
+    subprocess.run([sys.executable, os.path.join(conftest.HERE, "make_checkpoint.py"), ckpt, "4",
+                    "--files", "1", "--seed", "11"], check=True)
+    files = [os.path.join(ckpt, f) for f in os.listdir(ckpt) if f.endswith(".safetensors")]
+    small = make_checkpoint("small", 0.1, "--files", "2", "--seed", "5")
+    mnt, store = str(tmp_path / "mnt"), str(tmp_path / "store")
+    os.makedirs(mnt)
+    env = dict(os.environ, ARTFS_LOAD_READERS="1")
+    proc = subprocess.Popen([os.path.join(conftest.BUILD, "artfs"), "-f", "-o", f"store={store}", mnt],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    ctl = os.path.join(conftest.BUILD, "artfsctl")
+    try:
+        assert wait_for(lambda: is_mounted(mnt), 30)
+        st = os.path.join(mnt, "cut", "weights", "status")
+        outcomes = []
+        for attempt in range(3):
+            subprocess.run([ctl, "-m", mnt, "load", "cut", ckpt, "--gpus", "0", "--no-wait"], check=True)
+            # Cut the file once some of it is loaded.
+            assert wait_for(lambda: os.path.exists(st) and
+                            int(dict(l.rstrip("\n").split(" = ", 1) for l in open(st)
+                                     if " = " in l).get("bytes_done", "0")) > 0, 60, 0.002)
+            os.truncate(files[0], os.path.getsize(files[0]) // 2)
+            assert wait_for(lambda: "state = loading" not in open(st).read(), 120)
+            text = open(st).read()
+            error = [l for l in text.splitlines() if l.startswith("error = ")]
+            outcomes.append(error[0] if "state = failed" in text else "ready")
+            if "state = failed" in text:
+                assert "shrank" in text or "changed since" in text, text
+            subprocess.run([ctl, "-m", mnt, "unload", "cut"], check=True)
+            assert proc.poll() is None, "the daemon died"
+            if outcomes[-1] != "ready":
+                break
+            # The load beat the cut: make the file again and retry.
+            subprocess.run(["rm", "-rf", ckpt])
+            subprocess.run([sys.executable, os.path.join(conftest.HERE, "make_checkpoint.py"), ckpt, "4",
+                            "--files", "1", "--seed", "11"], check=True)
+        print("outcomes", outcomes)
+        assert outcomes[-1] != "ready", "every load finished before the file was cut"
+        subprocess.run([ctl, "-m", mnt, "load", "after", small, "--gpus", "0"], check=True)
+        e = engine("compare", mnt, "after", "0", small)
+        assert finish(e).startswith("OK")
+    finally:
+        subprocess.run(["umount", mnt])
+        proc.wait(timeout=60)
+        subprocess.run(["rm", "-rf", ckpt])

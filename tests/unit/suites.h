@@ -15,6 +15,7 @@ Suite *materialize_suite(void);
 Suite *safetensors_suite(void);
 Suite *checkpoint_suite(void);
 Suite *parallel_suite(void);
+Suite *source_suite(void);
 
 /* Reads VECTORS_DIR/<name> into a malloc'd buffer. */
 uint8_t *read_vector(const char *name, size_t *len);
