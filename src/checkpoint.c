@@ -7,10 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
-#include <linux/magic.h>
 
 #include <jansson.h>
 
@@ -582,18 +580,4 @@ uint64_t checkpoint_rank_bytes(const struct checkpoint *c, int rank)
 			return UINT64_MAX;
 	}
 	return sum;
-}
-
-const char *checkpoint_small_page_tmpfs(const struct checkpoint *c)
-{
-	for (size_t i = 0; i < c->nfiles; i++) {
-		struct statfs fs;
-		struct stat st;
-		const char *path = c->files[i].path;
-		/* tmpfs gives a file 2 MiB blocks where it would take huge pages */
-		if (statfs(path, &fs) == 0 && fs.f_type == TMPFS_MAGIC && stat(path, &st) == 0 &&
-		    st.st_blksize < (2 << 20))
-			return path;
-	}
-	return NULL;
 }

@@ -66,9 +66,4 @@ void checkpoint_close(struct checkpoint *c);
  * Saturates at UINT64_MAX. */
 uint64_t checkpoint_rank_bytes(const struct checkpoint *c, int rank);
 
-/* The first of c's files that lies on a tmpfs without huge pages, or NULL.
- * Freshly written small pages load at about half the rate of huge ones
- * (README, "New versions while serving"). */
-const char *checkpoint_small_page_tmpfs(const struct checkpoint *c);
-
 #endif

@@ -540,11 +540,6 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 	log_info("weights %s: loading %s (%s, %zu files, %" PRIu64 " bytes) onto GPU %s", wv, dir,
 		 ckpt.layout == CHECKPOINT_HF ? "Hugging Face, replicated" : "vLLM sharded",
 		 ckpt.nfiles, w->bytes_total, w->gpus);
-	const char *small = checkpoint_small_page_tmpfs(&w->ckpt);
-	if (small)
-		log_info("weights %s: %s is on a tmpfs without huge pages: a version written there "
-			 "just before its load loads at about half speed; a tmpfs mounted with "
-			 "huge=always loads it at full speed (README)", wv, small);
 	node_ref(&w->node); /* the thread's */
 	pthread_attr_t attr;
 	pthread_t thread;

@@ -3,17 +3,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
-#include <linux/magic.h>
 
 #include <jansson.h>
 
@@ -154,76 +150,6 @@ START_TEST(hf_without_index)
 	ck_assert_int_ne(memcmp(c.revision, zero, 32), 0);
 	checkpoint_close(&c);
 	checkpoint_close(&c); /* twice is fine */
-}
-END_TEST
-
-/* A one-file checkpoint in a fresh tmpfs at root/<dir> mounted with opts:
- * false when no such mount can be made (not root, no huge pages in the
- * kernel); else *small says whether checkpoint_small_page_tmpfs named its
- * file. Unmounted before returning, so that no failed check leaves it. */
-static bool small_pages_in(const char *dir, const char *opts, bool *small)
-{
-	char path[512], file[600], err[512] = "";
-	struct checkpoint c;
-
-	snprintf(path, sizeof(path), "%s", at("%s", dir));
-	ck_assert_int_eq(mkdir(path, 0700), 0);
-	if (mount("tmpfs", path, "tmpfs", 0, opts) != 0) {
-		fprintf(stderr, "tmpfs_page_size: no tmpfs with %s here (%s); not checked\n", opts,
-			strerror(errno));
-		return false;
-	}
-	snprintf(file, sizeof(file), "%s/model.safetensors", path);
-	write_st(file, "w", "F32", 4, 1);
-	int rc = checkpoint_open(path, &c, err, sizeof(err));
-	const char *found = rc == 0 ? checkpoint_small_page_tmpfs(&c) : NULL;
-	bool named = found && strcmp(found, file) == 0;
-	*small = found != NULL;
-	checkpoint_close(&c);
-	umount2(path, MNT_DETACH);
-	ck_assert_msg(rc == 0, "%s", err);
-	ck_assert(!*small || named);
-	return true;
-}
-
-/* Whether tmpfs mounts decide their own huge pages: not where the kernel
- * has none, and not where shmem_enabled overrides every mount (deny, force). */
-static bool huge_pages_per_mount(void)
-{
-	char mode[128] = "";
-	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
-
-	if (!f)
-		return false;
-	bool ok = fgets(mode, sizeof(mode), f) && !strstr(mode, "[deny]") && !strstr(mode, "[force]");
-	fclose(f);
-	return ok;
-}
-
-START_TEST(tmpfs_page_size)
-{
-	struct checkpoint c;
-	struct statfs fs;
-	char err[512] = "";
-	bool small;
-
-	write_st(at("model.safetensors"), "w", "F32", 4, 1);
-	ck_assert_msg(open_root(&c, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(statfs(root, &fs), 0);
-	if (fs.f_type != TMPFS_MAGIC) /* a disk: the page cache, not said */
-		ck_assert_ptr_null(checkpoint_small_page_tmpfs(&c));
-	checkpoint_close(&c);
-	/* The mounts below live in a namespace of this test's own, so that none
-	 * outlives it, whatever fails. */
-	if (!huge_pages_per_mount() || unshare(CLONE_NEWNS) != 0 ||
-	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
-		fprintf(stderr, "tmpfs_page_size: no tmpfs mounts of this test's own here; not checked\n");
-		return;
-	}
-	if (small_pages_in("small", "size=16m,huge=never", &small))
-		ck_assert_msg(small, "a tmpfs with huge=never was not said to have small pages");
-	if (small_pages_in("huge", "size=16m,huge=always", &small))
-		ck_assert_msg(!small, "a tmpfs with huge=always was said to have small pages");
 }
 END_TEST
 
@@ -634,7 +560,6 @@ Suite *checkpoint_suite(void)
 	tcase_add_test(tc, symlinks_followed);
 	tcase_add_test(tc, config_and_quantization);
 	tcase_add_test(tc, revision);
-	tcase_add_test(tc, tmpfs_page_size);
 	suite_add_tcase(s, tc);
 	return s;
 }
