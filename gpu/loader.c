@@ -1,14 +1,15 @@
 /* The load pipeline: reader threads read checkpoint chunks into pinned host
  * buffers (pread from a disk; where the file is in memory, a copy out of
  * its mapping: gpu/source.h), several reads in flight, and copy each
- * tensor's part to its slab offset with cudaMemcpyAsync. From the page cache or tmpfs one thread
- * copies at a fraction of the host->device rate, so there are several
- * readers (readers_for), each with its own pinned buffers; the buffers stay
- * pinned between loads, and the daemon pins them once it has mounted
- * (loader_pool_fill), so that even its first load runs at full rate
- * (pinning them took 0.3 s of the first 8 GiB load). Weights replicated on several GPUs are read
- * into rank 0 only; a broadcaster thread sends each range on to the others
- * over NCCL while the disk is read, so every byte is read from disk once. */
+ * tensor's part to its slab offset with cudaMemcpyAsync. From the page
+ * cache or tmpfs one thread copies at a fraction of the host->device rate,
+ * so there are several readers (readers_for), each with its own pinned
+ * buffers; the buffers stay pinned between loads, and the daemon pins them
+ * once it has mounted (loader_pool_fill), so that even its first load runs
+ * at full rate (pinning them took 0.3 s of the first 8 GiB load). Weights
+ * replicated on several GPUs are read into rank 0 only; a broadcaster
+ * thread sends each range on to the others over NCCL while the disk is
+ * read, so every byte is read from disk once. */
 #include "autoconf.h"
 
 #include <errno.h>
