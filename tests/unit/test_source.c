@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gpu/source.h"
@@ -28,14 +29,9 @@ static uint8_t byte_at(uint64_t off)
 	return (uint8_t)(off * 131 + (off >> 12));
 }
 
-/* A file of FILE_BYTES in /dev/shm (or /tmp), written with byte_at. */
-static void make_file(void)
+/* An empty file of this test's own in /dev/shm (or /tmp): path, fd. */
+static void open_temp(void)
 {
-	uint8_t *buf = malloc(FILE_BYTES);
-
-	ck_assert_ptr_nonnull(buf);
-	for (uint64_t i = 0; i < FILE_BYTES; i++)
-		buf[i] = byte_at(i);
 	snprintf(path, sizeof(path), "/dev/shm/artfs-source-XXXXXX");
 	fd = mkstemp(path);
 	if (fd < 0) {
@@ -43,6 +39,17 @@ static void make_file(void)
 		fd = mkstemp(path);
 	}
 	ck_assert_int_ge(fd, 0);
+}
+
+/* A file of FILE_BYTES, written with byte_at. */
+static void make_file(void)
+{
+	uint8_t *buf = malloc(FILE_BYTES);
+
+	ck_assert_ptr_nonnull(buf);
+	for (uint64_t i = 0; i < FILE_BYTES; i++)
+		buf[i] = byte_at(i);
+	open_temp();
 	ck_assert_int_eq(write(fd, buf, FILE_BYTES), (ssize_t)FILE_BYTES);
 	ck_assert_int_eq(fstat(fd, &st), 0);
 	free(buf);
@@ -199,6 +206,98 @@ START_TEST(shrinking_under_many_copies)
 }
 END_TEST
 
+static double seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+struct proc_copier {
+	struct source_map m;
+	const uint8_t *want;
+	unsigned ok, eio, wrong;
+};
+
+/* Copies the whole file, comparing every byte, until 20 copies were EIO
+ * (the file was cut) or 5 s passed. */
+static void *proc_copy_loop(void *arg)
+{
+	struct proc_copier *c = arg;
+	uint8_t *dst = malloc(FILE_BYTES);
+	double end = seconds() + 5;
+
+	while (dst && c->eio < 20 && seconds() < end) {
+		memset(dst, 0xee, FILE_BYTES); /* no byte of the copy before counts */
+		int rc = source_copy(&c->m, dst, 0, FILE_BYTES);
+		if (rc == -EIO)
+			c->eio++;
+		else if (rc == 0 && memcmp(dst, c->want, FILE_BYTES) == 0)
+			c->ok++;
+		else
+			c->wrong++;
+	}
+	free(dst);
+	return NULL;
+}
+
+/* Four processes of two threads each, every process with a mapping of its
+ * own of the same file (as several loads of one checkpoint at once), copy
+ * it whole and compare every byte while the file is cut short: every copy
+ * is whole and right, or -EIO; no process dies. */
+START_TEST(many_processes_copy_while_the_file_is_cut)
+{
+	uint8_t *want = malloc(FILE_BYTES);
+	pid_t kids[4];
+
+	ck_assert_ptr_nonnull(want);
+	for (uint64_t i = 0; i < FILE_BYTES; i++)
+		want[i] = byte_at(i);
+	make_file();
+	for (int k = 0; k < 4; k++) {
+		kids[k] = fork();
+		ck_assert_int_ge(kids[k], 0);
+		if (kids[k] == 0) {
+			struct proc_copier cs[2];
+			pthread_t ts[2];
+			int fd2 = open(path, O_RDONLY);
+			struct stat st2;
+			if (fd2 < 0 || fstat(fd2, &st2) != 0)
+				_exit(10);
+			for (int j = 0; j < 2; j++) {
+				cs[j] = (struct proc_copier){ .want = want };
+				if (!source_open(fd2, path, &st2, &cs[j].m) || !cs[j].m.base)
+					_exit(11);
+				if (pthread_create(&ts[j], NULL, proc_copy_loop, &cs[j]) != 0)
+					_exit(12);
+			}
+			int code = 0;
+			for (int j = 0; j < 2; j++) {
+				pthread_join(ts[j], NULL);
+				if (cs[j].wrong)
+					code = 1;      /* a copy said 0 with other bytes */
+				else if (!cs[j].eio && !code)
+					code = 2;      /* never saw the cut */
+				source_unmap(&cs[j].m);
+			}
+			_exit(code);
+		}
+	}
+	usleep(50000);
+	ck_assert_int_eq(ftruncate(fd, 8192), 0);
+	for (int k = 0; k < 4; k++) {
+		int status;
+		ck_assert_int_eq(waitpid(kids[k], &status, 0), kids[k]);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			      "copier process %d: %s %d", k, WIFEXITED(status) ? "exit" : "signal",
+			      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+	}
+	free(want);
+	drop_file();
+}
+END_TEST
+
 /* A fault outside source_copy is not swallowed: the process dies as it
  * would without the handler (by SIGBUS; under ASan, its report and exit). */
 START_TEST(other_faults_still_kill)
@@ -241,13 +340,7 @@ START_TEST(not_mapped_when_not_in_memory_or_told_not_to)
 	unsetenv("ARTFS_LOAD_PREAD");
 	drop_file();
 	/* A file of holes: none of its pages is in memory. */
-	snprintf(path, sizeof(path), "/dev/shm/artfs-source-XXXXXX");
-	fd = mkstemp(path);
-	if (fd < 0) {
-		snprintf(path, sizeof(path), "/tmp/artfs-source-XXXXXX");
-		fd = mkstemp(path);
-	}
-	ck_assert_int_ge(fd, 0);
+	open_temp();
 	ck_assert_int_eq(ftruncate(fd, 64 << 20), 0);
 	ck_assert_int_eq(fstat(fd, &st), 0);
 	ck_assert(!source_open(fd, path, &st, &m));
@@ -266,6 +359,7 @@ Suite *source_suite(void)
 	tcase_add_test(tc, a_file_that_shrank_is_eio_not_a_crash);
 	tcase_add_test(tc, shrank_under_blocked_signals);
 	tcase_add_test(tc, shrinking_under_many_copies);
+	tcase_add_test(tc, many_processes_copy_while_the_file_is_cut);
 	tcase_add_test(tc, other_faults_still_kill);
 	tcase_add_test(tc, not_mapped_when_not_in_memory_or_told_not_to);
 	suite_add_tcase(s, tc);
