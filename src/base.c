@@ -32,6 +32,11 @@ void mutex_init_adaptive(pthread_mutex_t *m)
 	pthread_mutexattr_destroy(&a);
 }
 
+pthread_mutex_t *commit_lock_of(struct tree *t, const uint8_t key[32])
+{
+	return &t->commit_locks[key[0] % COMMIT_STRIPES]; /* keys are SHA-256 digests */
+}
+
 void version_touch(struct version *v)
 {
 	atomic_store_explicit(&v->last_active, clock_now(), memory_order_relaxed);

@@ -22,6 +22,8 @@
 #include "metrics.h"
 #include "store.h"
 
+#define COMMIT_STRIPES 64
+
 enum info_file { INFO_METRICS = 0, INFO_CONFIG, INFO_CONTROL, INFO_COUNT };
 
 struct tree {
@@ -30,8 +32,10 @@ struct tree {
 	struct metrics metrics;
 	pthread_mutex_t lock;
 	/* Held across a commit's existence check, link and indexing, and
-	 * across a removal: a key is held by one object (taken before lock). */
-	pthread_mutex_t commit_lock;
+	 * across a removal: a key is held by one object (taken before lock).
+	 * One lock per stripe of keys (commit_lock_of), so that commits of
+	 * different keys, a batch's records among them, run side by side. */
+	pthread_mutex_t commit_locks[COMMIT_STRIPES];
 	struct index idx;
 	uint64_t objects;         /* committed objects, all versions */
 	uint64_t bytes_used;      /* committed bytes, all versions */
@@ -144,6 +148,8 @@ int64_t clock_now(void);
 /* A lock that many threads take for a few hundred nanoseconds at a time
  * (the tree's): one that finds it held spins a little before it sleeps. */
 void mutex_init_adaptive(pthread_mutex_t *m);
+/* The commit lock of a key (t->commit_locks). */
+pthread_mutex_t *commit_lock_of(struct tree *t, const uint8_t key[32]);
 /* Marks a version active now (publish, read or close). */
 void version_touch(struct version *v);
 

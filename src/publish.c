@@ -453,7 +453,7 @@ int publish_write_parsed(struct tree *t, struct handle *h, const struct envelope
 
 /* An identical publish by path of an object that had only a key: the
  * object moves to its name (one file, one charge), and is then reachable
- * under both. Under t->commit_lock. 1 when old went meanwhile (then this
+ * under both. Under the key's commit lock. 1 when old went meanwhile (then this
  * publish's own bytes are committed instead). */
 static int adopt(struct tree *t, struct publish *u, struct object *old)
 {
@@ -552,11 +552,12 @@ static int commit(struct tree *t, struct publish *u)
 		if (rc < 0)
 			return rc;
 	}
-	/* One commit at a time (and no removal between its check and its
-	 * link): a key is held by one object, in one file. */
-	pthread_mutex_lock(&t->commit_lock);
+	/* One commit of this key at a time (and no removal between its check
+	 * and its link): a key is held by one object, in one file. */
+	pthread_mutex_t *commit_lock = commit_lock_of(t, u->key_bin);
+	pthread_mutex_lock(commit_lock);
 	int rc = commit_locked(t, u);
-	pthread_mutex_unlock(&t->commit_lock);
+	pthread_mutex_unlock(commit_lock);
 	return rc;
 }
 
@@ -636,47 +637,6 @@ static int commit_locked(struct tree *t, struct publish *u)
 	return indexed(t, u, rc);
 }
 
-/* Under t->commit_lock: commits the first of run[0..n) (checked publishes
- * that commit here: no existing outcome, no remote=) in order, taking the
- * tree lock twice for all of them instead of twice each. It stops before
- * a record whose key is committed already or comes earlier in the run:
- * that one needs commit_locked's comparison. Returns how many it took,
- * results in res. */
-static size_t commit_run_locked(struct tree *t, struct publish **run, size_t n, int *res)
-{
-	size_t take = 0;
-
-	pthread_mutex_lock(&t->lock);
-	for (; take < n; take++) {
-		struct publish *u = run[take];
-		if (index_object_find(&t->idx, u->ver, u->obj->hash, u->obj->hash_len) ||
-		    index_key_find(&t->idx, u->key_bin))
-			break;
-		size_t j = 0;
-		while (j < take && memcmp(run[j]->key_bin, u->key_bin, 32) != 0)
-			j++;
-		if (j < take)
-			break;
-	}
-	pthread_mutex_unlock(&t->lock);
-	if (!take)
-		return 0;
-	bool linked[PUBLISH_RUN_MAX];
-	for (size_t j = 0; j < take; j++) {
-		res[j] = link_into_place(t, run[j]);
-		linked[j] = res[j] == 0;
-	}
-	pthread_mutex_lock(&t->lock);
-	for (size_t j = 0; j < take; j++)
-		if (linked[j])
-			res[j] = index_locked(t, run[j]);
-	pthread_mutex_unlock(&t->lock);
-	for (size_t j = 0; j < take; j++)
-		if (linked[j])
-			res[j] = indexed(t, run[j], res[j]);
-	return take;
-}
-
 /* All bytes in and the payload hashing to what the header says: 0, or
  * the publish's errno (sticky). Under u->mu. */
 static int payload_checked(struct tree *t, struct publish *u)
@@ -733,45 +693,6 @@ static int publish_finish(struct tree *t, struct handle *h)
 	version_touch(u->ver);
 	pthread_mutex_unlock(&u->mu);
 	return rc;
-}
-
-void publish_finish_run(struct tree *t, struct handle **hs, size_t n, int *res)
-{
-	struct publish *run[PUBLISH_RUN_MAX];
-	size_t i = 0;
-
-	while (i < n) {
-		/* The run: records from i on that commit here, checked. */
-		size_t k = 0;
-		bool other = false;
-		while (i + k < n && k < PUBLISH_RUN_MAX) {
-			struct publish *u = (struct publish *)hs[i + k];
-			pthread_mutex_lock(&u->mu);
-			if (u->finished || payload_checked(t, u) < 0 || u->onto_existing || t->remote) {
-				pthread_mutex_unlock(&u->mu);
-				other = true;
-				break;
-			}
-			run[k++] = u;
-		}
-		size_t done = 0;
-		if (k) {
-			pthread_mutex_lock(&t->commit_lock);
-			done = commit_run_locked(t, run, k, res + i);
-			pthread_mutex_unlock(&t->commit_lock);
-		}
-		for (size_t j = 0; j < k; j++) {
-			if (j < done)
-				finished(t, run[j], res[i + j]);
-			else
-				pthread_mutex_unlock(&run[j]->mu);
-		}
-		i += done;
-		if (i < n && (done < k || other)) { /* one that needs the whole path */
-			res[i] = publish_finish(t, hs[i]);
-			i++;
-		}
-	}
 }
 
 int publish_prepare(struct tree *t, struct handle *h, uint8_t **buf, size_t *len)

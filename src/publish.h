@@ -30,13 +30,6 @@ int publish_write_parsed(struct tree *t, struct handle *h, const struct envelope
  * its bytes must go to the cluster first (not a key held here already). */
 int publish_check(struct tree *t, struct handle *h, bool *to_cluster);
 
-/* Batches: the fsyncs of n publishes, in order, as one after another
- * would give them (res[i]: publish i's errno), with the commit and tree
- * locks taken once for a run of them where no key is committed already
- * or twice in the run. */
-#define PUBLISH_RUN_MAX 64
-void publish_finish_run(struct tree *t, struct handle **hs, size_t n, int *res);
-
 /* Whether n more bytes fit under capacity= now, beside the committed ones
  * and those of the publishes in flight (no collection). */
 bool publish_room_for(struct tree *t, uint64_t n);

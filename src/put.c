@@ -16,13 +16,15 @@
 #include "remote.h"
 
 /* Records are not committed as their bytes arrive but queued, and a full
- * queue is flushed: the work of each record up to its commit (its
- * temporary file, writing it, hashing it) runs on a few threads at once,
- * and the records commit one at a time, in order, each as a single
- * publish would (DESIGN.md §3.7). A large write (most of a batch, as
- * engines send it) is not queued whole first: a flush begins with it, and
- * each record is staged as soon as it is read while the rest is read;
- * the flush ends before the write returns.
+ * queue is flushed: each record is staged (its temporary file, writing
+ * it, hashing it) and committed as a single publish would be (DESIGN.md
+ * §3.7), on a few threads at once. The outcome is that of single
+ * publishes in order: records of different keys are independent, and a
+ * record whose key an earlier record of the queue has commits after it,
+ * in order; the result lines come in order. A large write (most of a
+ * batch, as engines send it) is not queued whole first: a flush begins
+ * with it, and each record is staged as soon as it is read while the
+ * rest is read; the flush ends before the write returns.
  *
  * Memory: a batch file buffers at most PUT_QUEUE_BYTES of queued records
  * (charged to materialize_max=, like every transaction file's memory) and
@@ -40,11 +42,14 @@ enum put_state {
 	PUT_DONE,    /* fsync or close ended the transaction */
 };
 
-/* One flush of the queue. Records commit as soon as they and every record
- * before them are staged, on whichever thread stages the last of them
- * (one at a time: chain); with remote= they are only staged here and go
- * to the cluster in one round first. While a write is being read
- * (streaming), records join as they are read: avail of them so far. */
+/* One flush of the queue. Each record commits on the thread that staged
+ * it, but for one whose key an earlier record has (after_same_key): that
+ * one commits in order, by the chain. The chain (one thread at a time,
+ * whichever staged the last record before) writes the result lines in
+ * order, as soon as a record and every record before it are done. With
+ * remote= records are only staged here and go to the cluster in one round
+ * first, then commit in order. While a write is being read (streaming),
+ * records join as they are read: avail of them so far. */
 struct flush {
 	struct tree *t;
 	struct put *p;
@@ -59,8 +64,8 @@ struct flush {
 	_Atomic size_t avail;            /* records of the queue that may be staged */
 	_Atomic bool closed;             /* no more records join */
 	char gap2[64];
-	pthread_mutex_t chain;           /* the thread committing */
-	_Atomic size_t next;             /* the next record to commit */
+	pthread_mutex_t chain;           /* the thread writing lines */
+	_Atomic size_t next;             /* the next record without its line */
 	_Atomic bool ready[PUT_PIPELINE];
 	char gap3[64];
 };
@@ -78,6 +83,9 @@ struct put_rec {
 	bool streamed;             /* its bytes went to pub as they came */
 	int staged;                /* the publish's outcome short of its commit */
 	bool to_cluster;           /* with remote=: its bytes still go to the cluster */
+	bool after_same_key;       /* an earlier record of the queue has its key */
+	bool committed;            /* committed where it was staged: result is its errno */
+	int result;
 };
 
 struct put {
@@ -222,30 +230,24 @@ static void release_spent(struct tree *t, struct put *p)
 	p->nspent = 0;
 }
 
-/* Commits records from..to, staged, in order: their publishes' fsyncs in
- * one run (publish_finish_run), then their lines. The publishes are
- * released later (release_spent), out of the in-order commits. */
+/* The lines of records from..to, staged, in order; those not committed
+ * yet commit now, in order (their publishes' fsyncs). The publishes are
+ * released later (release_spent), out of the in-order lines. */
 static void commit_recs(struct flush *f, size_t from, size_t to)
 {
-	struct handle *hs[PUT_PIPELINE];
-	int res[PUT_PIPELINE];
-	size_t m = 0;
-
-	for (size_t i = from; i < to; i++)
-		if (f->p->queue[i].pub)
-			hs[m++] = f->p->queue[i].pub;
-	publish_finish_run(f->t, hs, m, res);
-	m = 0;
 	for (size_t i = from; i < to; i++) {
 		struct put_rec *r = &f->p->queue[i];
-		int rc = record_line(f->p, r->key, r->pub ? res[m++] : r->refused);
+		int rc = r->refused;
+		if (r->pub)
+			rc = r->committed ? r->result : r->pub->ops->fsync(f->t, r->pub);
+		rc = record_line(f->p, r->key, rc);
 		if (rc < 0 && !f->rc)
 			f->rc = rc;
 	}
 }
 
-/* Commits, in order, the staged records that every record before is
- * staged for; by one thread at a time. A thread that finds another at it
+/* Writes, in order, the lines of the records that every record before is
+ * done for; by one thread at a time. A thread that finds another at it
  * leaves: that one looks again after it stops. */
 static void commit_ready(struct flush *f)
 {
@@ -285,9 +287,14 @@ static void stage_one(void *ctx, size_t i)
 
 	if (!record_ready(f, i))
 		return;
-	stage(f->t, f->p, &f->p->queue[i]);
+	struct put_rec *r = &f->p->queue[i];
+	stage(f->t, f->p, r);
 	if (f->t->remote)
 		return; /* the cluster round comes first (commit_round) */
+	if (r->pub && !r->after_same_key) {
+		r->result = r->pub->ops->fsync(f->t, r->pub);
+		r->committed = true;
+	}
 	atomic_store(&f->ready[i], true);
 	commit_ready(f);
 }
@@ -388,10 +395,28 @@ static int flush_queue(struct tree *t, struct put *p)
 	return f->rc;
 }
 
+/* Whether a record queued before r, not refused, has r's key. */
+static bool key_queued(const struct put *p, const struct put_rec *r)
+{
+	uint64_t a, b;
+
+	if (r->refused)
+		return false;
+	memcpy(&a, r->key, sizeof(a));
+	for (size_t i = 0; i < p->nqueued; i++) {
+		const struct put_rec *q = &p->queue[i];
+		memcpy(&b, q->key, sizeof(b));
+		if (a == b && !q->refused && memcmp(q->key, r->key, 64) == 0)
+			return true;
+	}
+	return false;
+}
+
 /* The record in progress joins the queue (and an open flush); a full
  * queue is flushed. */
 static int enqueue(struct tree *t, struct put *p)
 {
+	p->cur.after_same_key = key_queued(p, &p->cur);
 	p->queue[p->nqueued++] = p->cur;
 	p->cur.pub = NULL;
 	p->seen++;
@@ -467,6 +492,7 @@ static void next_record(struct put *p)
 	p->cur.pub = NULL;
 	p->cur.in_write = NULL;
 	p->cur.streamed = p->cur.to_cluster = false;
+	p->cur.after_same_key = p->cur.committed = false;
 	snprintf(p->cur.key, sizeof(p->cur.key), "-");
 }
 

@@ -39,7 +39,8 @@ int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen
 	t->cfg = cfg;
 	t->started = clock_now();
 	mutex_init_adaptive(&t->lock);
-	mutex_init_adaptive(&t->commit_lock);
+	for (int i = 0; i < COMMIT_STRIPES; i++)
+		mutex_init_adaptive(&t->commit_locks[i]);
 	pthread_mutex_init(&t->weights_mu, NULL);
 	pthread_cond_init(&t->weights_cv, NULL);
 	pthread_cond_init(&t->sized_cv, NULL);
@@ -89,7 +90,8 @@ void tree_close(struct tree *t)
 	if (t->store.path)
 		store_close(&t->store);
 	pthread_mutex_destroy(&t->lock);
-	pthread_mutex_destroy(&t->commit_lock);
+	for (int i = 0; i < COMMIT_STRIPES; i++)
+		pthread_mutex_destroy(&t->commit_locks[i]);
 	pthread_mutex_destroy(&t->weights_mu);
 	pthread_cond_destroy(&t->weights_cv);
 	pthread_cond_destroy(&t->sized_cv);
@@ -499,8 +501,16 @@ static int remove_object(struct tree *t, struct version *v, const uint8_t *hash,
 	char name[ARTFS_HASH_HEX_MAX + 1];
 	int rc = 0;
 	uint64_t bytes = 0;
+	uint8_t derived[32];
 
-	pthread_mutex_lock(&t->commit_lock);
+	if (v) { /* the key this name must carry chooses the commit lock */
+		char k[ARTFS_KEY_LEN + 1];
+		version_object_key(v, hash, len, k);
+		key_sha256_decode(k + sizeof(ARTFS_KEY_PREFIX) - 1, derived);
+		key = derived;
+	}
+	pthread_mutex_t *commit_lock = commit_lock_of(t, key);
+	pthread_mutex_lock(commit_lock);
 	pthread_mutex_lock(&t->lock);
 	struct object *o = v ? index_object_find(&t->idx, v, hash, len) : index_key_find(&t->idx, key);
 	if (!o)
@@ -525,7 +535,7 @@ static int remove_object(struct tree *t, struct version *v, const uint8_t *hash,
 		}
 	}
 	pthread_mutex_unlock(&t->lock);
-	pthread_mutex_unlock(&t->commit_lock);
+	pthread_mutex_unlock(commit_lock);
 	if (rc == 0) {
 		counter_inc(&t->metrics.unlinks);
 		log_debug("unlink %s/%s: object removed (%llu bytes)", v->name, name,
