@@ -123,6 +123,7 @@ struct put {
 	/* outcomes */
 	uint32_t records;
 	int first_error;
+	bool lines_short;           /* a line could not be written: reads fail */
 	char *results;
 	size_t results_len, results_cap;
 };
@@ -139,6 +140,7 @@ static int record_line(struct put *p, const char *key, int rc)
 		if (!grown) {
 			if (!p->first_error) /* the lines are incomplete: the batch says so */
 				p->first_error = -ENOMEM;
+			p->lines_short = true;
 			return -ENOMEM;
 		}
 		p->results = grown;
@@ -795,17 +797,23 @@ static int put_flush(struct tree *t, struct handle *h, uint64_t owner)
 	return rc;
 }
 
+/* A read from offset 0 ends the transaction as fsync does (a client
+ * needs no fsync round trip to learn the lines); other reads come after
+ * the end. Lines that could not all be written fail every read. */
 static int put_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
 		    const void **data, size_t *len)
 {
 	struct put *p = (struct put *)h;
 
-	(void)t;
 	pthread_mutex_lock(&p->mu);
-	bool done = p->state == PUT_DONE;
+	if (p->state != PUT_DONE && off == 0)
+		put_end(t, p);
+	bool done = p->state == PUT_DONE, short_ = p->lines_short;
 	pthread_mutex_unlock(&p->mu);
 	if (!done)
-		return -EINVAL; /* the results come after fsync */
+		return -EINVAL; /* the results come at the end of the transaction */
+	if (short_)
+		return -ENOMEM;
 	*data = p->results ? p->results + (off < p->results_len ? off : p->results_len) : "";
 	*len = off >= p->results_len ? 0
 	     : (p->results_len - off < size ? p->results_len - (size_t)off : size);
@@ -859,6 +867,18 @@ static bool put_flush_quick(struct tree *t, struct handle *h)
 	return !t->sizing && !t->remote && queue_quick((struct put *)h, 0);
 }
 
+/* A read that ends the transaction is as slow as a flush. */
+static bool put_read_quick(struct tree *t, struct handle *h)
+{
+	struct put *p = (struct put *)h;
+
+	if (pthread_mutex_trylock(&p->mu) != 0)
+		return false;
+	bool done = p->state == PUT_DONE;
+	pthread_mutex_unlock(&p->mu);
+	return done || put_flush_quick(t, h);
+}
+
 static const struct handle_ops put_ops = {
 	.kind = "put",
 	.read = put_read,
@@ -866,6 +886,7 @@ static const struct handle_ops put_ops = {
 	.flush = put_flush,
 	.fsync = put_fsync,
 	.release = put_release,
+	.read_quick = put_read_quick,
 	.write_quick = put_write_quick,
 	.flush_quick = put_flush_quick,
 	.release_slow = true, /* it closes the last flush's temporary files */

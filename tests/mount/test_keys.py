@@ -26,24 +26,33 @@ def pieces(data, sizes):
         i += 1
 
 
-def batch(path, data, chunk=None):
+def batch(path, data, chunk=None, end="fsync"):
     """Writes data to a batch file (in writes of chunk bytes, or of the sizes
-    of a list of them, cycled), fsyncs; returns (fsync errno, result lines)."""
+    of a list of them, cycled) and ends the transaction: with fsync, or
+    (end="read") with the read of the result lines from offset 0, after
+    which a write is EINVAL. Returns (the errno of fsync, or of close after
+    a read, result lines)."""
     fd = os.open(path, os.O_RDWR)
+    rc = 0
     try:
         for piece in pieces(data, chunk if isinstance(chunk, list) else [chunk or len(data) or 1]):
             os.write(fd, piece)
-        try:
-            os.fsync(fd)
-            rc = 0
-        except OSError as e:
-            rc = e.errno
+        if end == "fsync":
+            try:
+                os.fsync(fd)
+            except OSError as e:
+                rc = e.errno
         lines = os.pread(fd, 1 << 20, 0).decode().splitlines()
+        if end == "read":
+            with pytest.raises(OSError) as e:
+                os.write(fd, data[:1] or b"x")
+            assert e.value.errno == errno.EINVAL
     finally:
         try:
             os.close(fd)
-        except OSError:
-            pass
+        except OSError as e:
+            if end == "read":
+                rc = e.errno
     return rc, lines
 
 
@@ -247,13 +256,14 @@ def test_a_name_looked_up_before_a_batch_gave_it_reads_after(mnt):
         assert h in os.listdir(mnt.path(WV))
 
 
-def test_put_by_path_records_and_their_results(mnt):
+@pytest.mark.parametrize("end", ["fsync", "read"])
+def test_put_by_path_records_and_their_results(mnt, end):
     os.mkdir(mnt.path(WV))
     envs = {h: encode(WV, h, routed_experts(4, seed=i)) for i, h in enumerate(("a0", "a1", "a2"))}
     bad = encode(WV, "a3", routed_experts(4), payload_sha256="0" * 64)
     data = b"".join(h.encode() + b"\n" + e for h, e in envs.items())
     data += b"a3\n" + bad + b"zz\n" + envs["a0"] + b"a4\n" + envs["a0"]
-    rc, lines = batch(mnt.path(WV, ".put"), data, chunk=3)
+    rc, lines = batch(mnt.path(WV, ".put"), data, chunk=3, end=end)
     assert rc == errno.EBADMSG
     assert lines[:3] == [f"{key_hex(WV, h)} 0" for h in envs]
     assert lines[3] == f"{key_hex(WV, 'a3')} EBADMSG"        # checksum
@@ -261,12 +271,13 @@ def test_put_by_path_records_and_their_results(mnt):
     assert lines[5] == f"{key_hex(WV, 'a4')} EBADMSG"        # the key of a0, not a4
     assert sorted(os.listdir(mnt.path(WV))) == ["a0", "a1", "a2"]
     # Again: identical records are 0, and nothing else changes.
-    rc, lines = batch(mnt.path(WV, ".put"), b"".join(h.encode() + b"\n" + e for h, e in envs.items()))
+    rc, lines = batch(mnt.path(WV, ".put"), b"".join(h.encode() + b"\n" + e for h, e in envs.items()),
+                      end=end)
     assert rc == 0 and lines == [f"{key_hex(WV, h)} 0" for h in envs]
     assert mnt.metrics()["artfs_publishes_total"] == 3
     # A header that gives no length ends the batch; what came before stands.
     rc, lines = batch(mnt.path(WV, ".put"), b"b0\n" + encode(WV, "b0", routed_experts(4))
-                      + b"b1\n" + b"\x05\x00\x00\x00{oops")
+                      + b"b1\n" + b"\x05\x00\x00\x00{oops", end=end)
     assert rc == errno.EBADMSG and lines == [f"{key_hex(WV, 'b0')} 0", "- EBADMSG"]
     assert os.path.exists(mnt.path(WV, "b0"))
 
@@ -411,12 +422,13 @@ def test_put_a_large_write_that_finds_the_queue_full_keeps_the_record_in_progres
     assert m.metrics()["artfs_bytes_reserved"] == 0
 
 
-def test_put_by_key_with_a_large_record_and_a_key_twice(mnt):
+@pytest.mark.parametrize("end", ["fsync", "read"])
+def test_put_by_key_with_a_large_record_and_a_key_twice(mnt, end):
     envs = [encode(WV, "%02x" % i, routed_experts(3, seed=i)) for i in range(70)]
     big = encode(WV, "beef02", routed_experts(BIG_ROWS, seed=3))
     other = encode(WV, "05", routed_experts(3, seed=555))
     data = envs[:3] + [big] + envs[3:] + [envs[0], other, big]
-    rc, lines = batch(mnt.path(".keys", ".put"), b"".join(data), chunk=[65536, 1, 9999])
+    rc, lines = batch(mnt.path(".keys", ".put"), b"".join(data), chunk=[65536, 1, 9999], end=end)
     assert rc == errno.EEXIST
     keys = [key_hex(WV, "%02x" % i) for i in range(70)]
     kb = key_hex(WV, "beef02")
@@ -425,6 +437,25 @@ def test_put_by_key_with_a_large_record_and_a_key_twice(mnt):
     assert lines == want
     assert get(mnt, keys + [kb]) == b"".join(envs) + big
     assert mnt.metrics()["artfs_objects"] == 71
+
+
+def test_put_results_are_read_from_offset_0_or_after_the_end(mnt):
+    """Only a read from offset 0 ends a batch; one from further on before
+    the end is EINVAL and the batch goes on."""
+    envs = [encode(WV, "%02x" % i, routed_experts(4, seed=i)) for i in range(3)]
+    fd = os.open(mnt.path(".keys", ".put"), os.O_RDWR)
+    try:
+        os.write(fd, envs[0] + envs[1])
+        with pytest.raises(OSError) as e:
+            os.pread(fd, 100, 10)
+        assert e.value.errno == errno.EINVAL
+        os.write(fd, envs[2])
+        lines = os.pread(fd, 1 << 20, 0).decode().splitlines()
+        assert os.pread(fd, 1 << 20, len(lines[0]) + 1).decode().splitlines() == lines[1:]
+    finally:
+        os.close(fd)
+    assert lines == [f"{key_hex(WV, '%02x' % i)} 0" for i in range(3)]
+    assert get(mnt, [key_hex(WV, "%02x" % i) for i in range(3)]) == b"".join(envs)
 
 
 def test_put_a_bad_record_then_the_same_key_good(mnt):
@@ -439,14 +470,15 @@ def test_put_a_bad_record_then_the_same_key_good(mnt):
     assert read_result(mnt.path(WV, "c0")) == npy_bytes(routed_experts(4))
 
 
+@pytest.mark.parametrize("end", ["fsync", "read"])
 @pytest.mark.parametrize("cut_big", [False, True])
-def test_put_a_last_record_cut_short_commits_nothing_of_itself(mnt, cut_big):
+def test_put_a_last_record_cut_short_commits_nothing_of_itself(mnt, cut_big, end):
     os.mkdir(mnt.path(WV))
     envs = [encode(WV, "%02x" % i, routed_experts(4, seed=i)) for i in range(5)]
     last = encode(WV, "ff", routed_experts(BIG_ROWS if cut_big else 4, seed=9))
     data = b"".join(b"%02x\n" % i + e for i, e in enumerate(envs)) + b"ff\n" + last[:len(last) // 2]
     before = mnt.metrics()['artfs_rejected_total{reason="truncated"}']
-    rc, lines = batch(mnt.path(WV, ".put"), data, chunk=5000)
+    rc, lines = batch(mnt.path(WV, ".put"), data, chunk=5000, end=end)
     assert rc == errno.EBADMSG
     assert lines == [f"{key_hex(WV, '%02x' % i)} 0" for i in range(5)] + [f"{key_hex(WV, 'ff')} EBADMSG"]
     assert sorted(os.listdir(mnt.path(WV))) == ["%02x" % i for i in range(5)]

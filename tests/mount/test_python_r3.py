@@ -276,13 +276,15 @@ class Scripted:
     as scripted, per DESIGN.md §3.7, and every call is recorded."""
 
     def __init__(self, files):
-        self.files = files          # path -> dict(answer, fsync, read, close)
+        self.files = files          # path -> dict(answer, fsync, read, close, old_daemon)
         self.written = {}           # path -> bytes written
         self.opened = []
         self.made = []
         self.writev_max = None      # a writev takes at most this many bytes
         self.writevs = 0
+        self.fsyncs = 0
         self._fds = {}
+        self._synced = set()
 
     def __getattr__(self, name):
         return getattr(os, name)
@@ -317,9 +319,13 @@ class Scripted:
         return len(data)
 
     def fsync(self, fd):
+        self.fsyncs += 1
+        self._synced.add(fd)
         self._fail(fd, "fsync")
 
     def pread(self, fd, n, off):
+        if self.files[self._fds[fd]].get("old_daemon") and fd not in self._synced:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))  # results after fsync only
         self._fail(fd, "read")
         return self.files[self._fds[fd]].get("answer", b"")[off:off + n]
 
@@ -356,6 +362,7 @@ def test_publish_many_is_one_transaction_with_a_result_per_record(scripted):
     assert [(r.key, r.errno, r.ok) for r in results] == [
         (ka, 0, True), (kb, errno.EEXIST, False), (kc, 0, True)]
     assert fake.opened == [put] and fake.written[put] == b"".join(envs)
+    assert fake.fsyncs == 0  # the read of the result lines ends the transaction
     with pytest.raises(FileExistsError) as e:
         artfs.publish_many(None, envs, mount="/m", check=True)
     assert e.value.filename == put and "record 1" in str(e.value) and kb in str(e.value)
@@ -383,10 +390,24 @@ def test_publish_many_by_path_writes_hash_lines(scripted):
     assert fake.written[put] == b"aa\n" + envs[0] + b"bbcc\n" + envs[1]
 
 
+def test_publish_many_ends_the_batch_with_fsync_on_an_older_daemon(scripted):
+    """A daemon from before reads ended batches answers a read before fsync
+    with EINVAL: the client then ends the batch with fsync and reads."""
+    envs = [encode(WV, h, routed_experts(4, seed=i)) for i, h in enumerate(("aa", "bb"))]
+    ka, kb = (artfs.key_of(WV, h) for h in ("aa", "bb"))
+    put = "/m/.keys/.put"
+    fake = scripted({put: dict(answer=_answer((ka, 0), (kb, "EEXIST")), old_daemon=True,
+                               fsync=errno.EEXIST, close=errno.EEXIST)})
+    results = artfs.publish_many(None, envs, mount="/m")
+    assert [(r.key, r.errno) for r in results] == [(ka, 0), (kb, errno.EEXIST)]
+    assert fake.fsyncs == 1
+
+
 @pytest.mark.parametrize(("script", "code"), [
     (dict(answer=b""), errno.EIO),                                  # no result lines
-    (dict(answer=b"", fsync=errno.ENOSPC), errno.ENOSPC),            # nor after a failure
-    (dict(answer="{} 0\n".format("ab" * 32).encode(), fsync=errno.EBADMSG), errno.EBADMSG),
+    (dict(answer=b"", close=errno.ENOSPC), errno.ENOSPC),            # nor after a failure
+    (dict(answer=b"", old_daemon=True, fsync=errno.ENOSPC, close=errno.ENOSPC), errno.ENOSPC),
+    (dict(answer="{} 0\n".format("ab" * 32).encode(), close=errno.EBADMSG), errno.EBADMSG),
     (dict(write=errno.ENOTCONN), errno.ENOTCONN),                    # the daemon died
     (dict(read=errno.EIO), errno.EIO),
     (dict(answer="{} 0\n".format("ab" * 32).encode(), close=errno.EIO), errno.EIO),
