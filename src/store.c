@@ -13,6 +13,7 @@
 
 #include "log.h"
 #include "store.h"
+#include "tmp_pool.h"
 
 static int lock_store(struct store *s, char *err, size_t errlen)
 {
@@ -173,6 +174,7 @@ fail:
 
 void store_close(struct store *s)
 {
+	tmp_pool_stop(atomic_load(&s->pool)); /* before the directory it makes files in */
 	if (s->versions_fd >= 0)
 		close(s->versions_fd);
 	if (s->trash_fd >= 0)
@@ -261,16 +263,33 @@ int store_trash_empty(struct store *s, const char *trash_name)
 	return unlinkat(s->trash_fd, trash_name, AT_REMOVEDIR) < 0 ? -errno : 0;
 }
 
+/* The pool of files made ahead, started by the first caller (the daemon has
+ * forked by then); NULL while it starts, or when it cannot be had. */
+static struct tmp_pool *pool_of(struct store *s)
+{
+	struct tmp_pool *p = atomic_load(&s->pool);
+
+	if (p || atomic_exchange(&s->pool_started, true))
+		return p;
+	p = tmp_pool_start(s->tmp_fd[STORE_TMP_DIRS - 1]);
+	atomic_store(&s->pool, p);
+	return p;
+}
+
 int store_tmp_open(struct store *s, struct store_tmp *tmp)
 {
 	static atomic_ulong counter;
 	static atomic_uint threads;
 	static _Thread_local int slot = -1;
+	struct tmp_pool *pool = pool_of(s);
 
+	tmp->name[0] = '\0';
+	tmp->dirfd = s->tmp_fd[STORE_TMP_DIRS - 1];
+	if (pool && (tmp->fd = tmp_pool_take(pool)) >= 0)
+		return 0;
 	if (slot < 0) /* each thread its own directory, as far as they go */
 		slot = (int)(atomic_fetch_add(&threads, 1) % STORE_TMP_DIRS);
 	int dirfd = tmp->dirfd = s->tmp_fd[slot];
-	tmp->name[0] = '\0';
 	tmp->fd = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0400);
 	if (tmp->fd >= 0)
 		return 0;

@@ -17,6 +17,8 @@
 #ifndef ARTFS_STORE_H
 #define ARTFS_STORE_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -31,6 +33,10 @@ struct store {
 	int trash_fd;   /* <store>/trash: versions being deleted */
 	int lock_fd;
 	int tmp_fd[STORE_TMP_DIRS]; /* <store>/tmp/<k> */
+	/* Temporary files made ahead (tmp_pool.h) in the last tmp/<k>,
+	 * started by the first store_tmp_open. */
+	struct tmp_pool *_Atomic pool;
+	atomic_bool pool_started;
 };
 
 /* mtime.tv_sec of a committed object file whose tv_nsec holds the size of
@@ -67,7 +73,8 @@ int store_version_trash(struct store *s, const char *wv, const char *trash_name)
 /* Deletes trash/<trash_name> and its files; with NULL, all of trash/. */
 int store_trash_empty(struct store *s, const char *trash_name);
 
-/* A temporary file, in the calling thread's tmp/<k>. */
+/* A temporary file: one made ahead, or made now in the calling thread's
+ * tmp/<k>. */
 int store_tmp_open(struct store *s, struct store_tmp *tmp);
 /* Gives the temporary file its name in the directory dirfd; -EEXIST if the
  * name is taken. The fd stays open (the caller closes it with
