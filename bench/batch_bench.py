@@ -4,9 +4,12 @@ the raw tmpfs store that vLLM's SHM backend uses, in one process, same data.
 
     /usr/bin/python3 bench/batch_bench.py <mountpoint> <raw_dir> [objects] [rounds] [batch]
 
-  put   artfs: one .keys/.put of `batch` envelopes (open, writev, fsync, read
-        the result lines, close), all results 0
+  put   artfs: one .keys/.put of `batch` envelopes (open, writev, read the
+        result lines, which ends the batch, close), all results 0, as
+        artfs.publish_many does
         raw:   per object: temporary file O_EXCL, write, close, link, unlink
+  put vs SHM store: the same artfs put against vLLM's shared-memory store's
+        put, step for step (shm_put): what artfs.vllm replaces
   get   artfs: one .keys/.get of `batch` keys (open, write keys, read all, close)
         raw:   per object: open, read, close, parse the header, check the key,
                sha256 of the payload
@@ -29,6 +32,7 @@ import statistics
 import struct
 import sys
 import time
+import uuid
 
 import numpy as np
 
@@ -70,8 +74,8 @@ def artfs_put(mnt, objs, batch):
         fd = os.open(os.path.join(mnt, ".keys", ".put"), os.O_RDWR)
         pieces = [e for _, _, e in part]  # gathered by the kernel, as artfs.publish_many does
         assert os.writev(fd, pieces) == sum(map(len, pieces))
-        os.fsync(fd)
-        # the result lines, in one read sized as artfs.publish_many sizes it
+        # the result lines, in one read sized as artfs.publish_many sizes it,
+        # which ends the batch
         res = os.pread(fd, (len(part) + 1) * 96 + 1, 0).split()
         os.close(fd)
         assert res[1::2] == [b"0"] * len(part), res[:4]
@@ -109,6 +113,31 @@ def raw_put(raw, objs):
         os.close(fd)
         try:
             os.link(tmp, os.path.join(raw, h))
+        except FileExistsError:
+            pass
+        os.unlink(tmp)
+
+
+def shm_put(raw, objs):
+    """What vLLM's shared-memory artifact store does to put each object
+    (LocalSharedMemoryArtifactStore, the store artfs.vllm replaces), step
+    for step but with os.path where it uses pathlib: the file is named by
+    the SHA-256 of the key; if it exists, nothing more (vLLM then compares
+    the bytes; every object here is new); else a uniquely named temporary
+    file is made with O_EXCL, sized with posix_fallocate, written, closed,
+    linked to the name and unlinked."""
+    for _, k, e in objs:
+        name = hashlib.sha256(("vllm-artifact/" + k).encode()).hexdigest() + ".bin"
+        path = os.path.join(raw, name)
+        if os.path.exists(path):
+            continue
+        tmp = os.path.join(raw, f".{name}.{uuid.uuid4().hex}.partial")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.posix_fallocate(fd, 0, len(e))
+        os.write(fd, e)
+        os.close(fd)
+        try:
+            os.link(tmp, path)
         except FileExistsError:
             pass
         os.unlink(tmp)
@@ -161,7 +190,8 @@ def setup(defaults):
 
 def main():
     mnt, raw, n, rounds, batch = setup((4096, 3, 64))
-    rows = {k: [] for k in ("put", "get", "vllm put", "single publish", "single read")}
+    rows = {k: [] for k in ("put", "put vs SHM store", "get", "vllm put", "vllm put vs SHM",
+                            "single publish", "single read")}
     store = ArtfsArtifactStore(mnt)
     for r in range(rounds):
         objs = make(n, 1000 + r)
@@ -170,20 +200,28 @@ def main():
         clear(raw)
         a_put = timed(artfs_put, mnt, objs, batch)
         r_put = timed(raw_put, raw, objs)
+        clear(raw)
+        s_put = timed(shm_put, raw, objs)
+        clear(raw)
+        raw_put(raw, objs)  # what raw_get reads
         a_get = timed(artfs_get, mnt, objs, batch)
         r_get = timed(raw_get, raw, objs)
         clear(raw)
         a_vput = timed(vllm_put, store, engine, batch)
         r_vput = timed(raw_put, raw, engine)
         clear(raw)
+        s_vput = timed(shm_put, raw, engine)
+        clear(raw)
         a_pub = timed(single_publish, mnt, single)
         r_pub = timed(raw_put, raw, single)
         a_rd = timed(single_read, mnt, single)
         r_rd = timed(raw_get, raw, single)
-        for name, a, b in (("put", a_put, r_put), ("get", a_get, r_get), ("vllm put", a_vput, r_vput),
+        for name, a, b in (("put", a_put, r_put), ("put vs SHM store", a_put, s_put),
+                           ("get", a_get, r_get), ("vllm put", a_vput, r_vput),
+                           ("vllm put vs SHM", a_vput, s_vput),
                            ("single publish", a_pub, r_pub), ("single read", a_rd, r_rd)):
             rows[name].append((n / a, n / b))
-            print(f"round {r}: {name:15s} artfs {n / a:9.0f} obj/s  raw {n / b:9.0f} obj/s"
+            print(f"round {r}: {name:16s} artfs {n / a:9.0f} obj/s  raw {n / b:9.0f} obj/s"
                   f"  ratio {b / a:5.2f}")
         for h, _, _ in objs + single + engine:
             for p in (os.path.join(mnt, ".keys", key_of(WV, bytes.fromhex(h))),):
@@ -199,12 +237,12 @@ def main():
     null_us = (time.perf_counter() - t) / 20000 * 1e6
     print()
     print(f"objects per round {n}, batch {batch}, rounds {rounds}")
-    print(f"{'phase':15s} {'artfs obj/s':>12s} {'raw obj/s':>12s} {'ratio (median)':>15s}")
+    print(f"{'phase':16s} {'artfs obj/s':>12s} {'raw obj/s':>12s} {'ratio (median)':>15s}")
     for name, vals in rows.items():
         a = statistics.median(x for x, _ in vals)
         b = statistics.median(y for _, y in vals)
         ratio = statistics.median(x / y for x, y in vals)
-        print(f"{name:15s} {a:12.0f} {b:12.0f} {ratio:15.2f}")
+        print(f"{name:16s} {a:12.0f} {b:12.0f} {ratio:15.2f}")
     print(f"null FUSE round trip (stat of .artfs/control): {null_us:.1f} us")
     clear(raw)
 

@@ -2,14 +2,17 @@
 """put_phases: where a batch `.keys/.put` spends its time, for one or more
 daemons mounted in turn, against the raw tmpfs store in the same round.
 
-    /usr/bin/python3 bench/put_phases.py <raw_dir> <name>=<mountpoint>... [--objects N] [--rounds R]
+    /usr/bin/python3 bench/put_phases.py <raw_dir> <name>=<mountpoint>[,fsync]... [--objects N] [--rounds R]
 
 Each round, for each mount in turn: N objects in batches of 64, as
-batch_bench's put does (open, one writev, fsync, read the result lines,
-close), each phase timed on the client; then raw put of the same objects
-(batch_bench's raw store). Prints per mount the median over rounds of
-each phase in µs per batch, objects/s, and the ratio to the raw store of
-the same round. The mounts take turns so that a noisy machine is noisy
+batch_bench's put does (open, one writev, read the result lines, which
+ends the batch, close; with ",fsync" after the mount point, fsync before
+the read, as clients did before reads ended batches and as a daemon from
+before then needs), each phase timed on the client; then raw put of the
+same objects (batch_bench's raw store), and vLLM's shared-memory store's
+put of them (batch_bench.shm_put). Prints per mount the median over rounds
+of each phase in µs per batch, objects/s, and the ratios to the raw store
+and to the shared-memory store of the same round. The mounts take turns so that a noisy machine is noisy
 for all of them alike."""
 import argparse
 import os
@@ -23,7 +26,7 @@ import batch_bench as bb  # noqa: E402
 PHASES = ("open", "writev", "fsync", "read", "close")
 
 
-def put_phases(mnt, objs, batch=64):
+def put_phases(mnt, objs, batch=64, fsync=False):
     """Puts objs in batches; returns the seconds of each phase, summed."""
     tot = dict.fromkeys(PHASES, 0.0)
     for i in range(0, len(objs), batch):
@@ -34,7 +37,8 @@ def put_phases(mnt, objs, batch=64):
         t1 = time.perf_counter()
         assert os.writev(fd, pieces) == sum(map(len, pieces))
         t2 = time.perf_counter()
-        os.fsync(fd)
+        if fsync:
+            os.fsync(fd)
         t3 = time.perf_counter()
         lines = os.pread(fd, (len(part) + 1) * 96 + 1, 0).split()
         t4 = time.perf_counter()
@@ -54,33 +58,41 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
     mounts = [m.split("=", 1) for m in a.mounts]
+    fsyncs = {name: mnt.endswith(",fsync") for name, mnt in mounts}
+    mounts = [(name, mnt.removesuffix(",fsync")) for name, mnt in mounts]
     os.makedirs(a.raw, exist_ok=True)
     rows = {name: [] for name, _ in mounts}
     batches = a.objects // 64
     for r in range(a.rounds):
         for name, mnt in mounts:
             objs = bb.make(a.objects, 7000 + r)
-            ph = put_phases(mnt, objs)
+            ph = put_phases(mnt, objs, fsync=fsyncs[name])
             bb.clear(a.raw)
             t = time.perf_counter()
             bb.raw_put(a.raw, objs)
             raw_s = time.perf_counter() - t
+            bb.clear(a.raw)
+            t = time.perf_counter()
+            bb.shm_put(a.raw, objs)
+            shm_s = time.perf_counter() - t
             total = sum(ph.values())
-            rows[name].append((ph, a.objects / total, raw_s / total))
+            rows[name].append((ph, a.objects / total, raw_s / total, shm_s / total))
             print(f"round {r} {name:10s} " + " ".join(f"{p} {ph[p] / batches * 1e6:6.0f}" for p in PHASES)
-                  + f"  us/batch; {a.objects / total:8.0f} obj/s; ratio {raw_s / total:5.2f}", flush=True)
+                  + f"  us/batch; {a.objects / total:8.0f} obj/s; x raw {raw_s / total:5.2f}"
+                  + f"; x shm {shm_s / total:5.2f}", flush=True)
             for _, k, _ in objs:
                 os.unlink(os.path.join(mnt, ".keys", k))
     bb.clear(a.raw)
     print()
     print(f"medians over {a.rounds} rounds, {a.objects} objects, batches of 64, us per batch")
-    print(f"{'daemon':10s} " + " ".join(f"{p:>7s}" for p in PHASES) + f" {'total':>7s} {'obj/s':>8s} {'x raw':>6s}")
+    print(f"{'daemon':10s} " + " ".join(f"{p:>7s}" for p in PHASES)
+          + f" {'total':>7s} {'obj/s':>8s} {'x raw':>6s} {'x shm':>6s}")
     for name, vals in rows.items():
         med = {p: statistics.median(v[0][p] for v in vals) / batches * 1e6 for p in PHASES}
         tot = statistics.median(sum(v[0].values()) for v in vals) / batches * 1e6
         print(f"{name:10s} " + " ".join(f"{med[p]:7.0f}" for p in PHASES)
               + f" {tot:7.0f} {statistics.median(v[1] for v in vals):8.0f}"
-              + f" {statistics.median(v[2] for v in vals):6.2f}")
+              + f" {statistics.median(v[2] for v in vals):6.2f} {statistics.median(v[3] for v in vals):6.2f}")
 
 
 if __name__ == "__main__":
