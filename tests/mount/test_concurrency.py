@@ -392,7 +392,8 @@ def stream_worker(mnt, seed, seconds, q):
                         n = rng.choice((33000, 65537, 150001, 1 << 20))
                         os.write(fd, data[off:off + n])
                         off += n
-                    os.fsync(fd)
+                    if rng.random() < 0.5:  # else the read of the lines ends the batch
+                        os.fsync(fd)
                     out = read_to_end(fd)
                 finally:
                     os.close(fd)
