@@ -44,6 +44,7 @@ static struct {
 	struct fuse_session *se;
 	sem_t ended;                /* posted when the session ends */
 	int64_t spin_ns;            /* see receive(); 0: none */
+	_Atomic unsigned slow;      /* requests running that handed the reading off */
 	int end_fd;                 /* an eventfd, readable once the loop ends */
 } pool = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
@@ -76,9 +77,10 @@ static int64_t now_ns(void)
 }
 
 /* The next request (n > 0), or the end (0 or -errno). With CPUs to spare
- * the leader keeps asking for LEAD_SPIN_NS after the last one before it
- * sleeps in poll(2): a client's next request mostly comes within that (an
- * fsync after its write), and then needs no wake-up, which costs more
+ * the leader keeps asking for LEAD_SPIN_NS after the last one, and after
+ * the end of the last slow request, before it sleeps in poll(2): a
+ * client's next request mostly comes within that (the read of a batch's
+ * results after its write), and then needs no wake-up, which costs more
  * than the round trip itself on a virtual machine. */
 static int receive(struct fuse_buf *buf)
 {
@@ -88,6 +90,10 @@ static int receive(struct fuse_buf *buf)
 		int n = fuse_session_receive_buf(pool.se, buf);
 		if (n != -EAGAIN)
 			return n;
+		if (until && atomic_load_explicit(&pool.slow, memory_order_relaxed)) {
+			until = now_ns() + pool.spin_ns;
+			continue;
+		}
 		if (until && now_ns() < until)
 			continue;
 		struct pollfd p[2] = { { .fd = fuse_session_fd(pool.se), .events = POLLIN },
@@ -112,6 +118,8 @@ static int lead(struct fuse_buf *buf)
 		if (n <= 0)
 			return n < 0 && n != -ENODEV ? n : 1;
 		fuse_session_process_buf(pool.se, buf);
+		if (!leading) /* it was slow and handed off: it ended now */
+			atomic_fetch_sub(&pool.slow, 1);
 	}
 	return 0;
 }
@@ -153,6 +161,7 @@ void fs_hand_off(void)
 	if (!leading)
 		return; /* -s (libfuse's own loop), or handed off already */
 	leading = false;
+	atomic_fetch_add(&pool.slow, 1);
 	pthread_mutex_lock(&pool.mu);
 	pool.leader = false;
 	/* With no thread to spare, nobody reads until a request ends: the
@@ -193,6 +202,7 @@ int fs_loop(struct fuse_session *se, unsigned max_threads)
 	}
 	pool.leader = false;
 	atomic_store(&pool.stop, false);
+	atomic_store(&pool.slow, 0);
 	/* Threads inherit the mask: signals reach only this one. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
