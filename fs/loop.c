@@ -51,6 +51,7 @@ static struct {
 static _Thread_local bool leading;
 
 #define LEAD_SPIN_NS 50000   /* see receive() */
+#define LEAD_SPIN_SLOW_NS 2000000 /* the longest it asks while a slow request runs */
 #define LEAD_SPIN_CPUS 8     /* fewer: the CPU it spins on is wanted */
 
 static void *serve_thread_main(void *arg);
@@ -77,25 +78,29 @@ static int64_t now_ns(void)
 }
 
 /* The next request (n > 0), or the end (0 or -errno). With CPUs to spare
- * the leader keeps asking for LEAD_SPIN_NS after the last one, and after
- * the end of the last slow request, before it sleeps in poll(2): a
- * client's next request mostly comes within that (the read of a batch's
- * results after its write), and then needs no wake-up, which costs more
- * than the round trip itself on a virtual machine. */
+ * the leader keeps asking for LEAD_SPIN_NS after the last one before it
+ * sleeps in poll(2), and while a slow request runs (up to
+ * LEAD_SPIN_SLOW_NS), for LEAD_SPIN_NS after it ends: a client's next
+ * request mostly comes within that (an fsync after its write, the read of
+ * a batch's results), and then needs no wake-up, which costs more than the
+ * round trip itself on a virtual machine. A long request (a weight load)
+ * does not keep a CPU spinning. */
 static int receive(struct fuse_buf *buf)
 {
-	int64_t until = pool.spin_ns ? now_ns() + pool.spin_ns : 0;
+	int64_t start = pool.spin_ns ? now_ns() : 0, until = start + pool.spin_ns;
 
 	for (;;) {
 		int n = fuse_session_receive_buf(pool.se, buf);
 		if (n != -EAGAIN)
 			return n;
-		if (until && atomic_load_explicit(&pool.slow, memory_order_relaxed)) {
-			until = now_ns() + pool.spin_ns;
-			continue;
+		if (start) {
+			int64_t now = now_ns();
+			if (atomic_load_explicit(&pool.slow, memory_order_relaxed) &&
+			    now - start < LEAD_SPIN_SLOW_NS)
+				until = now + pool.spin_ns;
+			if (now < until)
+				continue;
 		}
-		if (until && now_ns() < until)
-			continue;
 		struct pollfd p[2] = { { .fd = fuse_session_fd(pool.se), .events = POLLIN },
 				       { .fd = pool.end_fd, .events = POLLIN } };
 		if (poll(p, 2, -1) < 0 && errno != EINTR)
