@@ -207,6 +207,11 @@ void version_object_key(const struct version *v, const uint8_t *hash, size_t len
 		key_derive(v->name, hash, len, out);
 }
 
+void version_store_path(const struct version *v, const char *name, char out[STORE_PATH_MAX])
+{
+	store_object_path(name, v->keyonly, out);
+}
+
 bool transaction_memory_take(struct tree *t, uint64_t len)
 {
 	uint64_t held = atomic_load(&t->materialize_held);

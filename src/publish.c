@@ -480,7 +480,10 @@ static int adopt(struct tree *t, struct publish *u, struct object *old)
 		t->bytes_used += bytes;
 		old->ver->bytes += bytes;
 	}
-	if (renameat(old->ver->dirfd, from, u->ver->dirfd, u->name) < 0)
+	char from_path[STORE_PATH_MAX], to_path[STORE_PATH_MAX];
+	version_store_path(old->ver, from, from_path);
+	version_store_path(u->ver, u->name, to_path);
+	if (renameat(old->ver->dirfd, from_path, u->ver->dirfd, to_path) < 0)
 		rc = -errno;
 	else {
 		/* o stands for old's file now: old's header, which may be laid
@@ -565,7 +568,9 @@ static int commit(struct tree *t, struct publish *u)
 static int link_into_place(struct tree *t, struct publish *u)
 {
 	struct stat st;
-	int rc = store_tmp_link(u->ver->dirfd, &u->tmp, u->name);
+	char path[STORE_PATH_MAX];
+	version_store_path(u->ver, u->name, path);
+	int rc = store_tmp_link(u->ver->dirfd, &u->tmp, path);
 
 	if (rc == -EEXIST)
 		return count_existing(t, -EEXIST);
@@ -605,7 +610,9 @@ static int index_locked(struct tree *t, struct publish *u)
 static int indexed(struct tree *t, struct publish *u, int rc)
 {
 	if (rc < 0) {
-		store_object_remove(u->ver->dirfd, u->name);
+		char path[STORE_PATH_MAX];
+		version_store_path(u->ver, u->name, path);
+		store_object_remove(u->ver->dirfd, path);
 		return fail(t, u, rc, "out of memory while indexing");
 	}
 	counter_inc(&t->metrics.publishes);

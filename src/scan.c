@@ -86,7 +86,7 @@ static int scan_version(void *ctx, const char *name, unsigned char d_type)
 		return rc;
 	s->v = v;
 	s->versions++;
-	rc = store_list(fd, scan_object, s);
+	rc = store_objects_list(fd, keyonly, scan_object, s);
 	s->v = NULL;
 	return rc;
 }
@@ -188,8 +188,10 @@ static void size_version(struct sizer *z, struct version *v)
 		size_t n = u.n - i < SIZE_BATCH ? u.n - i : SIZE_BATCH;
 		for (size_t k = 0; k < n; k++) {
 			struct object *o = u.o[i + k];
+			char path[STORE_PATH_MAX];
 			object_name(o, name);
-			bool ok = !t->sizing_stop && store_object_stat(v->dirfd, name, &st) == 0;
+			version_store_path(v, name, path);
+			bool ok = !t->sizing_stop && store_object_stat(v->dirfd, path, &st) == 0;
 			sizes[k] = ok ? (uint64_t)st.st_size : OBJECT_SIZE_UNKNOWN;
 			npy[k] = ok ? npy_size_of(&st) : 0;
 			if (keys && !o->keyed) { /* the key index learns it here */

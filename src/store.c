@@ -218,15 +218,28 @@ int store_version_trash(struct store *s, const char *wv, const char *trash_name)
 struct unlink_ctx {
 	int dirfd;
 	unsigned unlinked;
+	bool nested;    /* in a shard: no directory below */
 };
 
+/* Unlinks a file; a directory (a shard) is emptied and removed. */
 static int unlink_entry(void *ctx, const char *name, unsigned char d_type)
 {
 	struct unlink_ctx *u = ctx;
 
-	(void)d_type;
-	if (unlinkat(u->dirfd, name, 0) == 0)
+	if (unlinkat(u->dirfd, name, 0) == 0) {
 		u->unlinked++;
+		return 0;
+	}
+	if (u->nested || (errno != EISDIR && d_type != DT_DIR))
+		return 0;
+	int fd = openat(u->dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	struct unlink_ctx sub = { fd, 0, true };
+	store_list(fd, unlink_entry, &sub);
+	close(fd);
+	unlinkat(u->dirfd, name, AT_REMOVEDIR);
+	u->unlinked += sub.unlinked;
 	return 0;
 }
 
@@ -234,6 +247,7 @@ unsigned store_tmp_clean(struct store *s)
 {
 	struct unlink_ctx u = { 0 };
 
+	u.nested = true; /* nothing but files there */
 	for (int k = 0; k < STORE_TMP_DIRS; k++) {
 		u.dirfd = s->tmp_fd[k];
 		store_list(u.dirfd, unlink_entry, &u);
@@ -257,7 +271,7 @@ int store_trash_empty(struct store *s, const char *trash_name)
 	int fd = openat(s->trash_fd, trash_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return unlinkat(s->trash_fd, trash_name, 0) < 0 ? -errno : 0;
-	struct unlink_ctx u = { fd, 0 };
+	struct unlink_ctx u = { fd, 0, false };
 	store_list(fd, unlink_entry, &u);
 	close(fd);
 	return unlinkat(s->trash_fd, trash_name, AT_REMOVEDIR) < 0 ? -errno : 0;
@@ -306,7 +320,7 @@ int store_tmp_open(struct store *s, struct store_tmp *tmp)
 	return 0;
 }
 
-int store_tmp_link(int dirfd, struct store_tmp *tmp, const char *name)
+static int link_once(int dirfd, struct store_tmp *tmp, const char *name)
 {
 	if (tmp->name[0]) {
 		if (linkat(tmp->dirfd, tmp->name, dirfd, name, 0) < 0)
@@ -323,6 +337,20 @@ int store_tmp_link(int dirfd, struct store_tmp *tmp, const char *name)
 	char proc[64];
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", tmp->fd);
 	return linkat(AT_FDCWD, proc, dirfd, name, AT_SYMLINK_FOLLOW) < 0 ? -errno : 0;
+}
+
+int store_tmp_link(int dirfd, struct store_tmp *tmp, const char *name)
+{
+	int rc = link_once(dirfd, tmp, name);
+	const char *slash = strchr(name, '/');
+
+	if (rc != -ENOENT || !slash || slash - name != 1)
+		return rc;
+	/* A shard is made at its first object. */
+	char shard[2] = { name[0], '\0' };
+	if (mkdirat(dirfd, shard, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	return link_once(dirfd, tmp, name);
 }
 
 void store_tmp_close(struct store_tmp *tmp)
@@ -437,4 +465,84 @@ int store_mark_npy_size(int fd, uint64_t npy_size)
 		{ .tv_sec = STORE_NPY_MARK, .tv_nsec = (long)npy_size },
 	};
 	return futimens(fd, ts) < 0 ? -errno : 0;
+}
+
+void store_object_path(const char *name, bool sharded, char out[STORE_PATH_MAX])
+{
+	size_t n = strnlen(name, STORE_PATH_MAX - 3);
+
+	if (sharded) {
+		out[0] = name[0];
+		out[1] = '/';
+		memcpy(out + 2, name, n);
+		out[n + 2] = '\0';
+	} else {
+		memcpy(out, name, n);
+		out[n] = '\0';
+	}
+}
+
+static bool hex_digit(char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+
+struct objects_ctx {
+	int dirfd;
+	store_entry_fn fn;
+	void *ctx;
+};
+
+/* The type of an entry of dirfd, where readdir did not say. */
+static unsigned char entry_type(int dirfd, const char *name, unsigned char d_type)
+{
+	struct stat st;
+
+	if (d_type != DT_UNKNOWN || fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return d_type;
+	return S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+}
+
+/* A file of an object at the top of a sharded directory (a store from
+ * before shards) moves into its shard. */
+static int move_into_shard(void *ctx, const char *name, unsigned char d_type)
+{
+	struct objects_ctx *c = ctx;
+	char shard[2] = { name[0], '\0' }, path[STORE_PATH_MAX];
+
+	if (!hex_digit(name[0]) || entry_type(c->dirfd, name, d_type) != DT_REG)
+		return 0;
+	store_object_path(name, true, path);
+	if (mkdirat(c->dirfd, shard, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	if (renameat2(c->dirfd, name, c->dirfd, path, RENAME_NOREPLACE) < 0)
+		log_warn("store: cannot move %s into its shard %s/: %s", name, shard, strerror(errno));
+	return 0;
+}
+
+/* An entry at the top of a sharded directory: a shard, listed; anything
+ * else as it is. */
+static int sharded_entry(void *ctx, const char *name, unsigned char d_type)
+{
+	struct objects_ctx *c = ctx;
+
+	d_type = entry_type(c->dirfd, name, d_type);
+	if (!hex_digit(name[0]) || name[1] != '\0' || d_type != DT_DIR)
+		return c->fn(c->ctx, name, d_type);
+	int fd = openat(c->dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int rc = store_list(fd, c->fn, c->ctx);
+	close(fd);
+	return rc;
+}
+
+int store_objects_list(int dirfd, bool sharded, store_entry_fn fn, void *ctx)
+{
+	struct objects_ctx c = { dirfd, fn, ctx };
+
+	if (!sharded)
+		return store_list(dirfd, fn, ctx);
+	int rc = store_list(dirfd, move_into_shard, &c); /* first, so that none is listed twice */
+	return rc ? rc : store_list(dirfd, sharded_entry, &c);
 }

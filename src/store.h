@@ -2,6 +2,8 @@
  *
  *   <store>/lock           flock'd by the running daemon, holds its pid
  *   <store>/v/<wv>/<hash>  one committed object: the envelope as published
+ *   <store>/v/.keys/<x>/<key hex>  an object that has only its key, in the
+ *                          shard named by the first digit of its key
  *   <store>/trash/<name>   a collected version being deleted (emptied at start)
  *   <store>/tmp/<k>/       where temporary files are made, one directory per
  *                          thread (k < STORE_TMP_DIRS); empty but for the
@@ -13,7 +15,10 @@
  * from the directories they are linked into, each thread in its own: files
  * made side by side in one directory contend for it (on tmpfs, 15 threads
  * making files in the directory linked into took 27 us a file and slowed
- * every link to 20 us; each in a directory of its own, 5 us and 2.7 us). */
+ * every link to 20 us; each in a directory of its own, 5 us and 2.7 us).
+ * Every key-addressed object of every version is linked into the key-only
+ * version, so its objects are spread over 16 shards: links into one
+ * directory run one at a time, and a batch's records link side by side. */
 #ifndef ARTFS_STORE_H
 #define ARTFS_STORE_H
 
@@ -76,7 +81,8 @@ int store_trash_empty(struct store *s, const char *trash_name);
 /* A temporary file: one made ahead, or made now in the calling thread's
  * tmp/<k>. */
 int store_tmp_open(struct store *s, struct store_tmp *tmp);
-/* Gives the temporary file its name in the directory dirfd; -EEXIST if the
+/* Gives the temporary file its name in the directory dirfd (a path of
+ * store_object_path: a shard is made at its first object); -EEXIST if the
  * name is taken. The fd stays open (the caller closes it with
  * store_tmp_close). */
 int store_tmp_link(int dirfd, struct store_tmp *tmp, const char *name);
@@ -104,5 +110,15 @@ int store_object_remove(int dirfd, const char *name);
  * when fn returns non-zero and returns that. d_type is DT_* */
 typedef int (*store_entry_fn)(void *ctx, const char *name, unsigned char d_type);
 int store_list(int dirfd, store_entry_fn fn, void *ctx);
+
+/* Where an object named name lies in its version directory: name itself,
+ * or in a sharded directory (the key-only version's) <x>/name, x being the
+ * first digit of the name. */
+#define STORE_PATH_MAX 140
+void store_object_path(const char *name, bool sharded, char out[STORE_PATH_MAX]);
+/* The entries of a version directory, as store_list gives them; in a
+ * sharded one the files of every shard, and a file at its top (a store
+ * from before shards) is moved into its shard first. */
+int store_objects_list(int dirfd, bool sharded, store_entry_fn fn, void *ctx);
 
 #endif

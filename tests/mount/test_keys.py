@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import flip_byte, publish, read_result, run_processes, transact
+from conftest import flip_byte, publish, read_result, run_processes, transact, wait_for
 from envelope import derive_key, encode, npy_bytes, routed_experts
 
 WV = "default"
@@ -140,10 +140,42 @@ def test_keys_survive_a_restart_and_key_only_objects_expire_together(make_mount)
         read_result(m.path(WV, "dd"))
         time.sleep(0.3)
     assert os.listdir(m.path(".keys")) == [key_hex(WV, "dd")]
+    # Their store directory, shards and all, goes through trash/.
+    assert wait_for(lambda: os.listdir(os.path.join(m.store, "trash")) == [])
+    assert not os.path.exists(os.path.join(m.store, "v", ".keys"))
     assert m.wait_log("expire .keys:")
     # The name is free again for a key-only publish.
     rc, lines = batch(m.path(".keys", ".put"), only[0])
     assert rc == 0 and lines == [f"{key_hex(WV, 'e0')} 0"]
+
+
+def test_key_only_objects_lie_in_shards_and_a_flat_store_moves_into_them(make_mount):
+    """Objects with only a key lie in v/.keys/<first digit>/<key>; a store
+    from before shards (every such object at the top of v/.keys) is moved
+    into them at the next start and every object reads back whole."""
+    m = make_mount()
+    envs = [encode(WV, "%02x" % i, routed_experts(4, seed=i)) for i in range(40)]
+    keys = [key_hex(WV, "%02x" % i) for i in range(40)]
+    rc, lines = batch(m.path(".keys", ".put"), b"".join(envs))
+    assert rc == 0 and len(lines) == 40
+    top = os.path.join(m.store, "v", ".keys")
+    assert sorted(store_files(m)) == sorted(os.path.join(top, k[0], k) for k in keys)
+    m.stop()
+    for k in keys[:30]:  # as a daemon from before shards left them
+        os.rename(os.path.join(top, k[0], k), os.path.join(top, k))
+    with open(os.path.join(top, "not-an-object"), "w") as f:
+        f.write("x")
+    m.start()
+    assert sorted(os.listdir(m.path(".keys"))) == sorted(keys)
+    assert get(m, keys) == b"".join(envs)
+    assert sorted(store_files(m)) == sorted([os.path.join(top, k[0], k) for k in keys]
+                                            + [os.path.join(top, "not-an-object")])
+    assert m.wait_log("not-an-object")
+    # Removal and re-publication go through the shards too.
+    os.unlink(m.path(".keys", keys[0]))
+    assert not os.path.exists(os.path.join(top, keys[0][0], keys[0]))
+    assert batch(m.path(".keys", ".put"), envs[0])[0] == 0
+    assert get(m, keys[:1]) == envs[0]
 
 
 def test_a_damaged_object_is_eio_by_key_and_in_get(mnt):
