@@ -273,13 +273,14 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void run_write(struct job *j)
 {
-	int rc = tree_write(tree_of(j->req), j->h, (uint64_t)j->off, j->data, j->size,
-			    j->fi.lock_owner);
+	struct tree *t = tree_of(j->req);
+	int rc = tree_write_begin(t, j->h, (uint64_t)j->off, j->data, j->size, j->fi.lock_owner);
 
 	if (rc < 0)
 		fuse_reply_err(j->req, -rc);
 	else
 		fuse_reply_write(j->req, (size_t)rc);
+	tree_write_end(t, j->h); /* j->data lives until this callback returns */
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,

@@ -105,6 +105,12 @@ struct handle_ops {
 		    const void **data, size_t *len);
 	int (*write)(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
 		     uint64_t owner);
+	/* A write in two halves (tree_write_begin/_end; optional): the first
+	 * answers the write, the second does the rest after its reply, on
+	 * the same thread, with the bytes still valid. */
+	int (*write_begin)(struct tree *t, struct handle *h, uint64_t off, const void *buf,
+			   size_t len, uint64_t owner);
+	void (*write_end)(struct tree *t, struct handle *h);
 	int (*flush)(struct tree *t, struct handle *h, uint64_t owner);
 	int (*fsync)(struct tree *t, struct handle *h);
 	int (*ioctl)(struct tree *t, struct handle *h, unsigned int cmd, const void *in,

@@ -708,22 +708,25 @@ static void stream_begin(struct tree *t, struct put *p, size_t len)
 /* The write is read: the flush it began ends (it never outlives the
  * write). A record that goes on in the next write keeps its bytes, moved
  * to the front of the emptied buffer. */
-static int stream_end(struct tree *t, struct put *p)
+static void stream_end(struct tree *t, struct put *p)
 {
 	if (!p->flush.open)
-		return 0;
+		return;
 	size_t from = p->cur.off, keep = p->state == PUT_BODY ? p->buf_len - p->cur.off : 0;
-	int rc = flush_queue(t, p);
+	flush_queue(t, p); /* a line it cannot write is the batch's errno */
 	if (keep) {
 		memmove(p->buf, p->buf + from, keep);
 		p->cur.off = 0;
 		p->buf_len = keep;
 	}
-	return rc;
 }
 
-static int put_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
-		     uint64_t owner)
+/* The write's records are read (and those it completes begin staging);
+ * what they come to is known after put_write_end, which ends the flush
+ * the write began: the reply goes out meanwhile, and the batch stays
+ * locked until then, so that the client's next request waits for it. */
+static int put_write_begin(struct tree *t, struct handle *h, uint64_t off, const void *buf,
+			   size_t len, uint64_t owner)
 {
 	struct put *p = (struct put *)h;
 	int rc;
@@ -740,14 +743,28 @@ static int put_write(struct tree *t, struct handle *h, uint64_t off, const void 
 		stream_begin(t, p, len);
 		rc = consume(t, p, buf, len);
 		p->received += len;
-		int ended = stream_end(t, p);
-		if (rc == 0)
-			rc = ended;
 	}
-	pthread_mutex_unlock(&p->mu);
 	if (rc < 0)
 		log_warn("put %s: write refused (%s)", where(p), strerror(-rc));
 	return rc < 0 ? rc : (int)len;
+}
+
+/* The flush the write began ends. */
+static void put_write_end(struct tree *t, struct handle *h)
+{
+	struct put *p = (struct put *)h;
+
+	stream_end(t, p);
+	pthread_mutex_unlock(&p->mu);
+}
+
+static int put_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
+		     uint64_t owner)
+{
+	int rc = put_write_begin(t, h, off, buf, len, owner);
+
+	put_write_end(t, h);
+	return rc;
 }
 
 /* Ends the transaction: a record cut short is EBADMSG and commits nothing. */
@@ -883,6 +900,8 @@ static const struct handle_ops put_ops = {
 	.kind = "put",
 	.read = put_read,
 	.write = put_write,
+	.write_begin = put_write_begin,
+	.write_end = put_write_end,
 	.flush = put_flush,
 	.fsync = put_fsync,
 	.release = put_release,

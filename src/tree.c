@@ -778,6 +778,22 @@ int tree_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, 
 	return h->ops->write ? h->ops->write(t, h, off, buf, len, owner) : -EBADF;
 }
 
+int tree_write_begin(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
+		     uint64_t owner)
+{
+	handle_get(h); /* until tree_write_end: a release after the reply waits for it */
+	if (!h->ops->write_begin)
+		return tree_write(t, h, off, buf, len, owner);
+	return h->ops->write_begin(t, h, off, buf, len, owner);
+}
+
+void tree_write_end(struct tree *t, struct handle *h)
+{
+	if (h->ops->write_begin)
+		h->ops->write_end(t, h);
+	handle_put(t, h);
+}
+
 int tree_flush(struct tree *t, struct handle *h, uint64_t owner)
 {
 	return h->ops->flush ? h->ops->flush(t, h, owner) : 0;

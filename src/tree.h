@@ -53,6 +53,15 @@ void tree_read_done(struct tree *t, struct handle *h);
  * child has its own); 0 when unknown. */
 int tree_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
 	       uint64_t owner);
+/* The same write in two halves, for the FUSE layer: tree_write_begin
+ * answers what tree_write would; its reply may go out before
+ * tree_write_end, which follows it on the same thread with buf still
+ * valid and does the rest (a batch stages and commits the records the
+ * write brought while its client goes on; the client's next request on
+ * the file waits for that). Every begin is followed by its end. */
+int tree_write_begin(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
+		     uint64_t owner);
+void tree_write_end(struct tree *t, struct handle *h);
 /* A close by owner: commits a publish written by that owner. */
 int tree_flush(struct tree *t, struct handle *h, uint64_t owner);
 int tree_fsync(struct tree *t, struct handle *h);
