@@ -291,7 +291,7 @@ static int accept_header(struct tree *t, struct publish *u, const struct envelop
 	if (make_room(t, u, u->total, whole) < 0)
 		return no_space(t, u);
 	u->reserved_all = whole;
-	int rc = store_tmp_open(&t->store, &u->tmp);
+	int rc = store_tmp_open(&t->store, &u->tmp, u->total);
 	if (rc < 0) {
 		int res = resource_errno(rc);
 		snprintf(detail, sizeof(detail), "cannot create a temporary file in the store: %s",

@@ -290,7 +290,7 @@ static struct tmp_pool *pool_of(struct store *s)
 	return p;
 }
 
-int store_tmp_open(struct store *s, struct store_tmp *tmp)
+int store_tmp_open(struct store *s, struct store_tmp *tmp, uint64_t size)
 {
 	static atomic_ulong counter;
 	static atomic_uint threads;
@@ -299,7 +299,7 @@ int store_tmp_open(struct store *s, struct store_tmp *tmp)
 
 	tmp->name[0] = '\0';
 	tmp->dirfd = s->tmp_fd[STORE_TMP_DIRS - 1];
-	if (pool && (tmp->fd = tmp_pool_take(pool)) >= 0)
+	if (pool && (tmp->fd = tmp_pool_take(pool, size)) >= 0)
 		return 0;
 	if (slot < 0) /* each thread its own directory, as far as they go */
 		slot = (int)(atomic_fetch_add(&threads, 1) % STORE_TMP_DIRS);

@@ -78,9 +78,9 @@ int store_version_trash(struct store *s, const char *wv, const char *trash_name)
 /* Deletes trash/<trash_name> and its files; with NULL, all of trash/. */
 int store_trash_empty(struct store *s, const char *trash_name);
 
-/* A temporary file: one made ahead, or made now in the calling thread's
- * tmp/<k>. */
-int store_tmp_open(struct store *s, struct store_tmp *tmp);
+/* A temporary file for an object of size bytes (0: unknown): one made
+ * ahead, or made now in the calling thread's tmp/<k>. */
+int store_tmp_open(struct store *s, struct store_tmp *tmp, uint64_t size);
 /* Gives the temporary file its name in the directory dirfd (a path of
  * store_object_path: a shard is made at its first object); -EEXIST if the
  * name is taken. The fd stays open (the caller closes it with

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -14,12 +15,35 @@ struct tmp_pool {
 	pthread_mutex_t mu;
 	pthread_cond_t wanted;     /* the maker waits here while the pool is full enough */
 	int fds[TMP_POOL_FILES];
+	uint64_t pages[TMP_POOL_FILES]; /* bytes allocated for each */
 	unsigned n;                /* ready files: fds[0..n) */
+	_Atomic uint64_t size;     /* the object size last asked for */
 	bool stop;
 	bool failed;               /* the file system makes none: the maker ended */
 	int dirfd;
 	pthread_t maker;
 };
+
+static uint64_t whole_pages(uint64_t n)
+{
+	return (n + 4095) & ~(uint64_t)4095;
+}
+
+/* A new file, with pages for size bytes where that is small and they can
+ * be had (else none: writing allocates them); -errno. */
+static int make_file(int dirfd, uint64_t size, uint64_t *pages)
+{
+	int fd = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0400);
+
+	*pages = 0;
+	if (fd < 0)
+		return -errno;
+	*pages = whole_pages(size);
+	if (*pages > TMP_POOL_PREALLOC_MAX ||
+	    (*pages && fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)*pages) < 0))
+		*pages = 0;
+	return fd;
+}
 
 static void *make_files(void *arg)
 {
@@ -34,8 +58,9 @@ static void *make_files(void *arg)
 		/* Up to full, each file made outside the lock. */
 		while (!p->stop && p->n < TMP_POOL_FILES) {
 			pthread_mutex_unlock(&p->mu);
-			int fd = openat(p->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0400);
-			int e = errno;
+			uint64_t pages = 0;
+			int fd = make_file(p->dirfd, atomic_load(&p->size), &pages);
+			int e = -fd;
 			pthread_mutex_lock(&p->mu);
 			if (fd < 0) {
 				/* No O_TMPFILE here: the publishes make named files
@@ -52,6 +77,7 @@ static void *make_files(void *arg)
 				close(fd);
 				break;
 			}
+			p->pages[p->n] = pages;
 			p->fds[p->n++] = fd;
 		}
 		if (!p->stop && p->n < TMP_POOL_FILES / 2) /* it failed: not again at once */
@@ -85,16 +111,27 @@ struct tmp_pool *tmp_pool_start(int dirfd)
 	return p;
 }
 
-int tmp_pool_take(struct tmp_pool *p)
+int tmp_pool_take(struct tmp_pool *p, uint64_t size)
 {
 	int fd = -1;
+	uint64_t pages = 0, need = whole_pages(size);
 
+	atomic_store(&p->size, size);
 	pthread_mutex_lock(&p->mu);
-	if (p->n)
+	if (p->n) {
 		fd = p->fds[--p->n];
+		pages = p->pages[p->n];
+	}
 	if (p->n < TMP_POOL_FILES / 2 && !p->failed)
 		pthread_cond_signal(&p->wanted);
 	pthread_mutex_unlock(&p->mu);
+	/* No pages beyond what the object will hold: they would stay with it. */
+	if (fd >= 0 && pages > need &&
+	    fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)need,
+		      (off_t)(pages - need)) < 0) {
+		close(fd);
+		return -1; /* the caller makes one */
+	}
 	return fd;
 }
 

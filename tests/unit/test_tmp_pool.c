@@ -39,7 +39,7 @@ static void drop_dir(void)
 static int take_soon(struct tmp_pool *p)
 {
 	for (int i = 0; i < 5000; i++) {
-		int fd = tmp_pool_take(p);
+		int fd = tmp_pool_take(p, 0);
 		if (fd >= 0)
 			return fd;
 		usleep(1000);
@@ -71,6 +71,59 @@ START_TEST(files_are_unnamed_empty_and_writable)
 	ck_assert_int_eq(st.st_size, 3);
 	ck_assert_int_eq(unlinkat(dirfd_, "named", 0), 0);
 	close(fd);
+	tmp_pool_stop(p);
+	drop_dir();
+}
+END_TEST
+
+/* A file taken for size bytes, once the pool has learnt that size from
+ * earlier takes: */
+static int take_for(struct tmp_pool *p, uint64_t size)
+{
+	int fd = -1;
+
+	for (int i = 0; i < 5000 && fd < 0; i++) {
+		fd = tmp_pool_take(p, size);
+		if (fd < 0)
+			usleep(1000);
+	}
+	return fd;
+}
+
+/* Files made after a take for 6000 bytes come with the pages for them
+ * (written, they cost no allocation); one taken for less holds no page
+ * beyond what it will hold; none is larger than empty to its reader. */
+START_TEST(files_come_with_pages_for_the_size_last_asked)
+{
+	make_dir();
+	struct tmp_pool *p = tmp_pool_start(dirfd_);
+	ck_assert_ptr_nonnull(p);
+	static int fds[2 * TMP_POOL_FILES];
+	int n = 0;
+	/* Every file made before the size was known is taken away. */
+	for (; n < 2 * TMP_POOL_FILES; n++)
+		ck_assert_int_ge(fds[n] = take_for(p, 6000), 0);
+	struct stat st;
+	int fd = take_for(p, 6000);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(st.st_size, 0);
+	ck_assert_int_eq(st.st_blocks * 512, 8192);
+	static char buf[6000];
+	memset(buf, 7, sizeof(buf));
+	ck_assert_int_eq(pwrite(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(st.st_size, 6000);
+	ck_assert_int_eq(st.st_blocks * 512, 8192);
+	close(fd);
+	fd = take_for(p, 100); /* made for 6000: gives back a page */
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(st.st_size, 0);
+	ck_assert_int_le(st.st_blocks * 512, 4096);
+	close(fd);
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
 	tmp_pool_stop(p);
 	drop_dir();
 }
@@ -109,7 +162,7 @@ static void *take_many(void *arg)
 	struct taker *k = arg;
 
 	for (int i = 0; i < 200; i++) {
-		int fd = tmp_pool_take(k->p);
+		int fd = tmp_pool_take(k->p, 0);
 		if (fd >= 0)
 			k->got[k->n++] = fd;
 	}
@@ -196,7 +249,7 @@ START_TEST(no_tmpfile_support_leaves_the_pool_empty)
 	ck_assert_ptr_nonnull(p);
 	usleep(50 * 1000);
 	for (int i = 0; i < 10; i++)
-		ck_assert_int_eq(tmp_pool_take(p), -1);
+		ck_assert_int_eq(tmp_pool_take(p, 0), -1);
 	tmp_pool_stop(p);
 	close(fd);
 }
@@ -217,7 +270,7 @@ START_TEST(store_temporary_files_come_from_the_pool)
 	ck_assert_int_eq(store_open(&s, path, err, sizeof(err)), 0);
 	for (int i = 0; i < 2 * TMP_POOL_FILES; i++) {
 		struct store_tmp tmp;
-		ck_assert_int_eq(store_tmp_open(&s, &tmp), 0);
+		ck_assert_int_eq(store_tmp_open(&s, &tmp, 1), 0);
 		ck_assert_int_eq(pwrite(tmp.fd, "x", 1, 0), 1);
 		store_tmp_close(&tmp);
 	}
@@ -237,6 +290,7 @@ Suite *tmp_pool_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, files_are_unnamed_empty_and_writable);
 	tcase_add_test(tc, a_pool_taken_dry_makes_more);
+	tcase_add_test(tc, files_come_with_pages_for_the_size_last_asked);
 	tcase_add_test(tc, threads_take_at_once_and_never_share_a_file);
 	tcase_add_test(tc, stop_closes_the_files_made);
 	tcase_add_test(tc, no_tmpfile_support_leaves_the_pool_empty);
