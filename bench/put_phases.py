@@ -8,11 +8,15 @@ Each round, for each mount in turn: N objects in batches of 64, as
 batch_bench's put does (open, one writev, read the result lines, which
 ends the batch, close; with ",fsync" after the mount point, fsync before
 the read, as clients did before reads ended batches and as a daemon from
-before then needs), each phase timed on the client; then raw put of the
-same objects (batch_bench's raw store), and vLLM's shared-memory store's
-put of them (batch_bench.shm_put). Prints per mount the median over rounds
-of each phase in µs per batch, objects/s, and the ratios to the raw store
-and to the shared-memory store of the same round. The mounts take turns so that a noisy machine is noisy
+before then needs), each phase timed on the client, batch after batch;
+then the raw put of the same objects (batch_bench's raw store) and vLLM's
+shared-memory store's put of them (batch_bench.shm_put). With --cold,
+each batch is followed at once by the raw and the shared-memory put of
+its own 64 objects instead: batches come now and then, as from an engine
+between its steps, and the daemon's threads have gone to sleep by the
+next one (then every phase pays a wake-up). Prints per mount the median
+over rounds of each phase in µs per batch, objects/s, and the ratios to
+the raw store and to the shared-memory store. The mounts take turns so that a noisy machine is noisy
 for all of them alike."""
 import argparse
 import os
@@ -26,9 +30,16 @@ import batch_bench as bb  # noqa: E402
 PHASES = ("open", "writev", "fsync", "read", "close")
 
 
-def put_phases(mnt, objs, batch=64, fsync=False):
-    """Puts objs in batches; returns the seconds of each phase, summed."""
+def put_phases(mnt, objs, raw, batch=64, fsync=False, cold=False):
+    """Puts objs in batches, then the raw and the shared-memory store's put
+    of the same objects (into raw/raw and raw/shm; with cold, those of each
+    batch right after it); returns the seconds of each phase, summed, and
+    those of the two baselines."""
     tot = dict.fromkeys(PHASES, 0.0)
+    raw_s = shm_s = 0.0
+    for d in ("raw", "shm"):
+        os.makedirs(os.path.join(raw, d), exist_ok=True)
+        bb.clear(os.path.join(raw, d))
     for i in range(0, len(objs), batch):
         part = objs[i:i + batch]
         pieces = [e for _, _, e in part]
@@ -47,7 +58,24 @@ def put_phases(mnt, objs, batch=64, fsync=False):
         assert lines[1::2] == [b"0"] * len(part), lines[:8]
         for name, a, b in zip(PHASES, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5)):
             tot[name] += b - a
-    return tot
+        if cold:
+            r, m = baselines(raw, part)
+            raw_s += r
+            shm_s += m
+    if not cold:
+        raw_s, shm_s = baselines(raw, objs)
+    for d in ("raw", "shm"):
+        bb.clear(os.path.join(raw, d))
+    return tot, raw_s, shm_s
+
+
+def baselines(raw, objs):
+    """Seconds of the raw and of the shared-memory store's put of objs."""
+    t0 = time.perf_counter()
+    bb.raw_put(os.path.join(raw, "raw"), objs)
+    t1 = time.perf_counter()
+    bb.shm_put(os.path.join(raw, "shm"), objs)
+    return t1 - t0, time.perf_counter() - t1
 
 
 def main():
@@ -56,6 +84,7 @@ def main():
     ap.add_argument("mounts", nargs="+", help="name=mountpoint")
     ap.add_argument("--objects", type=int, default=4096)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cold", action="store_true", help="baselines after each batch")
     a = ap.parse_args()
     mounts = [m.split("=", 1) for m in a.mounts]
     fsyncs = {name: mnt.endswith(",fsync") for name, mnt in mounts}
@@ -66,15 +95,7 @@ def main():
     for r in range(a.rounds):
         for name, mnt in mounts:
             objs = bb.make(a.objects, 7000 + r)
-            ph = put_phases(mnt, objs, fsync=fsyncs[name])
-            bb.clear(a.raw)
-            t = time.perf_counter()
-            bb.raw_put(a.raw, objs)
-            raw_s = time.perf_counter() - t
-            bb.clear(a.raw)
-            t = time.perf_counter()
-            bb.shm_put(a.raw, objs)
-            shm_s = time.perf_counter() - t
+            ph, raw_s, shm_s = put_phases(mnt, objs, a.raw, fsync=fsyncs[name], cold=a.cold)
             total = sum(ph.values())
             rows[name].append((ph, a.objects / total, raw_s / total, shm_s / total))
             print(f"round {r} {name:10s} " + " ".join(f"{p} {ph[p] / batches * 1e6:6.0f}" for p in PHASES)
@@ -82,7 +103,6 @@ def main():
                   + f"; x shm {shm_s / total:5.2f}", flush=True)
             for _, k, _ in objs:
                 os.unlink(os.path.join(mnt, ".keys", k))
-    bb.clear(a.raw)
     print()
     print(f"medians over {a.rounds} rounds, {a.objects} objects, batches of 64, us per batch")
     print(f"{'daemon':10s} " + " ".join(f"{p:>7s}" for p in PHASES)
