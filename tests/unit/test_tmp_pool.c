@@ -35,16 +35,18 @@ static void drop_dir(void)
 	ck_assert_int_eq(rmdir(dir), 0); /* the pool's files had no names */
 }
 
-/* A file from the pool, within a few seconds (its maker may be starting). */
-static int take_soon(struct tmp_pool *p)
+/* A file from the pool for an object of size bytes, within a few seconds
+ * (its maker may be starting). */
+static int take_for(struct tmp_pool *p, uint64_t size)
 {
-	for (int i = 0; i < 5000; i++) {
-		int fd = tmp_pool_take(p, 0);
-		if (fd >= 0)
-			return fd;
-		usleep(1000);
+	int fd = -1;
+
+	for (int i = 0; i < 5000 && fd < 0; i++) {
+		fd = tmp_pool_take(p, size);
+		if (fd < 0)
+			usleep(1000);
 	}
-	return -1;
+	return fd;
 }
 
 START_TEST(files_are_unnamed_empty_and_writable)
@@ -52,7 +54,7 @@ START_TEST(files_are_unnamed_empty_and_writable)
 	make_dir();
 	struct tmp_pool *p = tmp_pool_start(dirfd_);
 	ck_assert_ptr_nonnull(p);
-	int fd = take_soon(p);
+	int fd = take_for(p, 0);
 	ck_assert_int_ge(fd, 0);
 	struct stat st;
 	ck_assert_int_eq(fstat(fd, &st), 0);
@@ -75,20 +77,6 @@ START_TEST(files_are_unnamed_empty_and_writable)
 	drop_dir();
 }
 END_TEST
-
-/* A file taken for size bytes, once the pool has learnt that size from
- * earlier takes: */
-static int take_for(struct tmp_pool *p, uint64_t size)
-{
-	int fd = -1;
-
-	for (int i = 0; i < 5000 && fd < 0; i++) {
-		fd = tmp_pool_take(p, size);
-		if (fd < 0)
-			usleep(1000);
-	}
-	return fd;
-}
 
 /* Files made after a take for 6000 bytes come with the pages for them
  * (written, they cost no allocation); one taken for less holds no page
@@ -139,7 +127,7 @@ START_TEST(a_pool_taken_dry_makes_more)
 	enum { N = 3 * TMP_POOL_FILES };
 	static int fds[N];
 	for (int i = 0; i < N; i++) {
-		fds[i] = take_soon(p);
+		fds[i] = take_for(p, 0);
 		ck_assert_int_ge(fds[i], 0);
 		for (int j = 0; j < i; j++)
 			ck_assert_int_ne(fds[i], fds[j]);
@@ -177,7 +165,7 @@ START_TEST(threads_take_at_once_and_never_share_a_file)
 	make_dir();
 	struct tmp_pool *p = tmp_pool_start(dirfd_);
 	ck_assert_ptr_nonnull(p);
-	close(take_soon(p));
+	close(take_for(p, 0));
 	static struct taker k[8];
 	pthread_t th[8];
 	for (int i = 0; i < 8; i++) {
@@ -229,7 +217,7 @@ START_TEST(stop_closes_the_files_made)
 	int before = open_fds();
 	struct tmp_pool *p = tmp_pool_start(dirfd_);
 	ck_assert_ptr_nonnull(p);
-	close(take_soon(p));
+	close(take_for(p, 0));
 	for (int i = 0; i < 2000 && open_fds() < before + TMP_POOL_FILES / 2; i++)
 		usleep(1000);
 	ck_assert_int_ge(open_fds(), before + TMP_POOL_FILES / 2);
