@@ -84,8 +84,6 @@ struct put_rec {
 	int staged;                /* the publish's outcome short of its commit */
 	bool to_cluster;           /* with remote=: its bytes still go to the cluster */
 	bool after_same_key;       /* an earlier record of the queue has its key */
-	bool committed;            /* committed where it was staged: result is its errno */
-	int result;
 };
 
 struct put {
@@ -232,16 +230,17 @@ static void release_spent(struct tree *t, struct put *p)
 	p->nspent = 0;
 }
 
-/* The lines of records from..to, staged, in order; those not committed
- * yet commit now, in order (their publishes' fsyncs). The publishes are
- * released later (release_spent), out of the in-order lines. */
+/* The lines of records from..to, staged, in order: their publishes'
+ * fsyncs, which commit those not committed yet, in order, and answer
+ * again what the others came to. The publishes are released later
+ * (release_spent), out of the in-order lines. */
 static void commit_recs(struct flush *f, size_t from, size_t to)
 {
 	for (size_t i = from; i < to; i++) {
 		struct put_rec *r = &f->p->queue[i];
 		int rc = r->refused;
 		if (r->pub)
-			rc = r->committed ? r->result : r->pub->ops->fsync(f->t, r->pub);
+			rc = r->pub->ops->fsync(f->t, r->pub);
 		rc = record_line(f->p, r->key, rc);
 		if (rc < 0 && !f->rc)
 			f->rc = rc;
@@ -293,10 +292,8 @@ static void stage_one(void *ctx, size_t i)
 	stage(f->t, f->p, r);
 	if (f->t->remote)
 		return; /* the cluster round comes first (commit_round) */
-	if (r->pub && !r->after_same_key) {
-		r->result = r->pub->ops->fsync(f->t, r->pub);
-		r->committed = true;
-	}
+	if (r->pub && !r->after_same_key)
+		r->pub->ops->fsync(f->t, r->pub); /* the chain reads its outcome again */
 	atomic_store(&f->ready[i], true);
 	commit_ready(f);
 }
@@ -494,7 +491,7 @@ static void next_record(struct put *p)
 	p->cur.pub = NULL;
 	p->cur.in_write = NULL;
 	p->cur.streamed = p->cur.to_cluster = false;
-	p->cur.after_same_key = p->cur.committed = false;
+	p->cur.after_same_key = false;
 	snprintf(p->cur.key, sizeof(p->cur.key), "-");
 }
 

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "key.h"
 #include "log.h"
 #include "store.h"
 #include "tmp_pool.h"
@@ -482,11 +483,6 @@ void store_object_path(const char *name, bool sharded, char out[STORE_PATH_MAX])
 	}
 }
 
-static bool hex_digit(char c)
-{
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-}
-
 struct objects_ctx {
 	int dirfd;
 	store_entry_fn fn;
@@ -510,7 +506,7 @@ static int move_into_shard(void *ctx, const char *name, unsigned char d_type)
 	struct objects_ctx *c = ctx;
 	char shard[2] = { name[0], '\0' }, path[STORE_PATH_MAX];
 
-	if (!hex_digit(name[0]) || entry_type(c->dirfd, name, d_type) != DT_REG)
+	if (!key_is_hex(name, 1) || entry_type(c->dirfd, name, d_type) != DT_REG)
 		return 0;
 	store_object_path(name, true, path);
 	if (mkdirat(c->dirfd, shard, 0700) < 0 && errno != EEXIST)
@@ -527,7 +523,7 @@ static int sharded_entry(void *ctx, const char *name, unsigned char d_type)
 	struct objects_ctx *c = ctx;
 
 	d_type = entry_type(c->dirfd, name, d_type);
-	if (!hex_digit(name[0]) || name[1] != '\0' || d_type != DT_DIR)
+	if (!key_is_hex(name, 1) || name[1] != '\0' || d_type != DT_DIR)
 		return c->fn(c->ctx, name, d_type);
 	int fd = openat(c->dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
