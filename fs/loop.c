@@ -31,6 +31,7 @@
 
 #include "log.h"
 #include "loop.h"
+#include "parallel.h"
 
 static struct {
 	pthread_mutex_t mu;
@@ -52,7 +53,6 @@ static _Thread_local bool leading;
 
 #define LEAD_SPIN_NS 50000   /* see receive() */
 #define LEAD_SPIN_SLOW_NS 2000000 /* the longest it asks while a slow request runs */
-#define LEAD_SPIN_CPUS 8     /* fewer: the CPU it spins on is wanted */
 
 static void *serve_thread_main(void *arg);
 
@@ -193,7 +193,7 @@ int fs_loop(struct fuse_session *se, unsigned max_threads)
 	}
 	pool.se = se;
 	pool.rc = 0;
-	pool.spin_ns = sysconf(_SC_NPROCESSORS_ONLN) >= LEAD_SPIN_CPUS ? LEAD_SPIN_NS : 0;
+	pool.spin_ns = parallel_wait_awake() ? LEAD_SPIN_NS : 0; /* else the CPU is wanted */
 	int fd = fuse_session_fd(se), fl = fcntl(fd, F_GETFL);
 	pool.end_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || pool.end_fd < 0) {

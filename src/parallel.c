@@ -3,6 +3,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "parallel.h"
@@ -14,13 +18,56 @@
  * its own loop too, so a loop finishes even when every worker is busy.
  * A new loop wakes one worker, which wakes the next as it joins: waking
  * them all at once cost the caller tens of microseconds (a wake-up each,
- * then each woken worker waited for the lock in turn). */
+ * then each woken worker waited for the lock in turn).
+ *
+ * A caller that knows a loop is coming (a batch file was opened: its
+ * write follows) warms the workers: they wake one after another now and
+ * watch for a loop, without the lock, until it comes or the time is up,
+ * so the loop finds them all awake instead of paying a chain of wake-ups
+ * at its start, one after another (up to a tenth of a batch's time). */
 
 static pthread_mutex_t mu = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP; /* see mutex_init_adaptive */
 static pthread_cond_t work = PTHREAD_COND_INITIALIZER;
 static struct parallel_loop *open_loops;
 static pthread_once_t started = PTHREAD_ONCE_INIT;
 static unsigned workers;
+static unsigned sleeping;               /* workers in pthread_cond_wait (under mu) */
+static _Atomic uint64_t loops_begun;    /* what a warm worker watches */
+static _Atomic int64_t warm_until;      /* CLOCK_MONOTONIC ns: workers watch until then */
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Under mu, entered and left so: a warm worker watches for a new loop
+ * without the lock until one begins or the warm time ends; false when
+ * it has ended (then the worker sleeps). The first to wake wakes the
+ * next. */
+static bool watch(void)
+{
+	int64_t until = atomic_load_explicit(&warm_until, memory_order_relaxed);
+
+	if (now_ns() >= until)
+		return false;
+	uint64_t seen = atomic_load(&loops_begun);
+	if (sleeping)
+		pthread_cond_signal(&work);
+	pthread_mutex_unlock(&mu);
+	for (unsigned spins = 1; atomic_load_explicit(&loops_begun, memory_order_relaxed) == seen;
+	     spins++) {
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#endif
+		if (spins % 64 == 0 && now_ns() >= until)
+			break;
+	}
+	pthread_mutex_lock(&mu);
+	return true;
+}
 
 static size_t run_items(struct parallel_loop *l)
 {
@@ -60,7 +107,11 @@ static void *worker(void *arg)
 	for (;;) {
 		struct parallel_loop *l;
 		while (!(l = joinable()))
-			pthread_cond_wait(&work, &mu);
+			if (!watch()) {
+				sleeping++;
+				pthread_cond_wait(&work, &mu);
+				sleeping--;
+			}
 		l->helpers++;
 		if (joinable())
 			pthread_cond_signal(&work); /* the next helper, if one sleeps */
@@ -115,7 +166,49 @@ void parallel_begin(struct parallel_loop *l, size_t n, size_t per_thread, size_t
 	pthread_mutex_lock(&mu);
 	l->link = open_loops;
 	open_loops = l;
-	pthread_cond_signal(&work); /* who joins wakes the next */
+	atomic_fetch_add(&loops_begun, 1); /* warm workers see it */
+	if (sleeping)
+		pthread_cond_signal(&work); /* who joins wakes the next */
+	pthread_mutex_unlock(&mu);
+}
+
+static bool awake;
+
+static void decide_awake(void)
+{
+	const char *env = getenv("ARTFS_WAIT_AWAKE");
+
+	if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
+		awake = env[0] == '1';
+	else
+		awake = sysconf(_SC_NPROCESSORS_ONLN) >= PARALLEL_AWAKE_CPUS;
+}
+
+bool parallel_wait_awake(void)
+{
+	static pthread_once_t decided = PTHREAD_ONCE_INIT;
+
+	pthread_once(&decided, decide_awake);
+	return awake;
+}
+
+void parallel_warm(int64_t ns)
+{
+	int64_t until = now_ns() + ns;
+
+	if (ns <= 0)
+		return;
+	if (!parallel_wait_awake())
+		return;
+	pthread_once(&started, start_workers);
+	if (!workers)
+		return;
+	int64_t was = atomic_load(&warm_until);
+	while (was < until && !atomic_compare_exchange_weak(&warm_until, &was, until))
+		;
+	pthread_mutex_lock(&mu);
+	if (sleeping)
+		pthread_cond_signal(&work); /* the first to wake wakes the next (watch) */
 	pthread_mutex_unlock(&mu);
 }
 

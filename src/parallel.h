@@ -11,8 +11,12 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define PARALLEL_THREADS_MAX 8
+/* With this many CPUs or more, a thread that waits a short while may wait
+ * awake, spinning on its CPU (parallel_wait_awake). */
+#define PARALLEL_AWAKE_CPUS 8
 
 /* One loop in progress (fields are parallel.c's). */
 struct parallel_loop {
@@ -40,5 +44,18 @@ void parallel_for(size_t n, size_t per_thread, size_t max_threads,
 void parallel_begin(struct parallel_loop *l, size_t n, size_t per_thread, size_t max_threads,
 		    void (*fn)(void *ctx, size_t i), void *ctx);
 void parallel_end(struct parallel_loop *l);
+
+/* A loop is coming within about ns: the workers wake now, one after
+ * another, and watch for it until then (each spinning on a CPU), so that
+ * it starts with all of them awake. Nothing when parallel_wait_awake()
+ * is false. */
+void parallel_warm(int64_t ns);
+
+/* Whether a thread that expects its wait to be short may spend it awake,
+ * spinning (a wake-up costs tens of microseconds on a virtual machine):
+ * with PARALLEL_AWAKE_CPUS or more CPUs, where one is to spare. The
+ * environment variable ARTFS_WAIT_AWAKE=1 or =0 decides it instead (tests
+ * on small machines; a crowded host). */
+bool parallel_wait_awake(void);
 
 #endif

@@ -5,6 +5,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "parallel.h"
 #include "suites.h"
@@ -133,6 +136,80 @@ START_TEST(begin_and_end_around_the_callers_work)
 }
 END_TEST
 
+static double cpu_seconds(void)
+{
+	struct rusage u;
+
+	getrusage(RUSAGE_SELF, &u);
+	return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+	       (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+/* Warmed workers (ARTFS_WAIT_AWAKE=1, as on a machine with CPUs to spare)
+ * take every item of the loops that come, streamed or not, from several
+ * threads at once, while more warm calls come; and once the warm time is
+ * over they sleep: the process uses next to no CPU. Each test runs in a
+ * process of its own (Check forks), so the variable decides here. */
+static void *warm_caller(void *arg)
+{
+	(void)arg;
+	for (int k = 0; k < 40; k++) {
+		parallel_warm(2000000);
+		check_loop(500, 4, PARALLEL_THREADS_MAX);
+		check_stream(64, 64, PARALLEL_THREADS_MAX);
+	}
+	return NULL;
+}
+
+START_TEST(warm_workers_take_the_loops_then_sleep)
+{
+	pthread_t t[4];
+
+	setenv("ARTFS_WAIT_AWAKE", "1", 1);
+	ck_assert(parallel_wait_awake());
+	for (int k = 0; k < 20; k++) {
+		parallel_warm(1000000);
+		check_stream(64, 64 - k, PARALLEL_THREADS_MAX);
+	}
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, warm_caller, NULL), 0);
+	for (int i = 0; i < 4; i++)
+		pthread_join(t[i], NULL);
+	/* Warm for 100 ms with no loop: the workers spin that long (they use
+	 * CPU while the caller sleeps), then sleep. */
+	double before = cpu_seconds();
+	parallel_warm(100000000);
+	sleep_ms(50);
+	ck_assert_double_gt(cpu_seconds() - before, 0.01);
+	sleep_ms(100);
+	before = cpu_seconds();
+	sleep_ms(200);
+	ck_assert_double_lt(cpu_seconds() - before, 0.02);
+	check_loop(1000, 1, PARALLEL_THREADS_MAX); /* and wake for the next loop */
+}
+END_TEST
+
+START_TEST(asleep_when_told)
+{
+	setenv("ARTFS_WAIT_AWAKE", "0", 1);
+	ck_assert(!parallel_wait_awake());
+	parallel_warm(1000000000); /* nothing: no worker spins */
+	sleep_ms(20);
+	double before = cpu_seconds();
+	sleep_ms(200);
+	ck_assert_double_lt(cpu_seconds() - before, 0.02);
+	check_loop(1000, 1, PARALLEL_THREADS_MAX);
+}
+END_TEST
+
 Suite *parallel_suite(void)
 {
 	Suite *s = suite_create("parallel");
@@ -143,6 +220,8 @@ Suite *parallel_suite(void)
 	tcase_add_test(tc, concurrent_loops);
 	tcase_add_test(tc, nested_loops);
 	tcase_add_test(tc, begin_and_end_around_the_callers_work);
+	tcase_add_test(tc, warm_workers_take_the_loops_then_sleep);
+	tcase_add_test(tc, asleep_when_told);
 	suite_add_tcase(s, tc);
 	return s;
 }
