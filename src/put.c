@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "envelope.h"
 #include "key.h"
@@ -16,7 +17,7 @@
 #include "remote.h"
 
 /* Records are not committed as their bytes arrive but queued, and a full
- * queue is flushed: each record is staged (its temporary file, writing
+ * queue is flushed (when the next record begins): each record is staged (its temporary file, writing
  * it, hashing it) and committed as a single publish would be (DESIGN.md
  * §3.7), on a few threads at once. The outcome is that of single
  * publishes in order: records of different keys are independent, and a
@@ -24,7 +25,10 @@
  * in order; the result lines come in order. A large write (most of a
  * batch, as engines send it) is not queued whole first: a flush begins
  * with it, and each record is staged as soon as it is read while the
- * rest is read; the flush ends before the write returns.
+ * rest is read. The write is answered once its records are read; its
+ * flush ends after that, before the batch's next request is served
+ * (which waits for it awake where CPUs are to spare), so the client's
+ * next request is on its way while the last records commit.
  *
  * Memory: a batch file buffers at most PUT_QUEUE_BYTES of queued records
  * (charged to materialize_max=, like every transaction file's memory) and
@@ -411,17 +415,27 @@ static bool key_queued(const struct put *p, const struct put_rec *r)
 	return false;
 }
 
-/* The record in progress joins the queue (and an open flush); a full
- * queue is flushed. */
+/* The record in progress joins the queue (and an open flush). A full
+ * queue is flushed when the next record begins (record_begins), not now:
+ * a write whose last record fills it is answered before its flush ends
+ * (put_write_end), as a batch of PUT_PIPELINE records is. */
 static int enqueue(struct tree *t, struct put *p)
 {
+	(void)t;
 	p->cur.after_same_key = key_queued(p, &p->cur);
 	p->queue[p->nqueued++] = p->cur;
 	p->cur.pub = NULL;
 	p->seen++;
 	if (p->flush.open)
 		atomic_store(&p->flush.avail, p->nqueued);
-	return p->nqueued == PUT_PIPELINE ? flush_queue(t, p) : 0;
+	return 0;
+}
+
+/* No byte of the record in progress is read yet (none is in the buffer). */
+static bool record_fresh(const struct put *p)
+{
+	return p->state == (p->ver ? PUT_LINE : PUT_HEAD) && !p->line_len && !p->bad_line &&
+	       !p->head_len;
 }
 
 /* A record refused before its publish began: its line comes in its turn. */
@@ -588,6 +602,11 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 
 	while (len && rc == 0) {
 		p->write_left = len;
+		if (p->nqueued == PUT_PIPELINE && record_fresh(p)) {
+			rc = flush_queue(t, p); /* a full queue, before a record joins */
+			if (rc < 0)
+				break;
+		}
 		switch (p->state) {
 		case PUT_LINE: {
 			const uint8_t *nl = memchr(buf, '\n', len);
@@ -689,6 +708,8 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
  * queue whole. */
 static void stream_begin(struct tree *t, struct put *p, size_t len)
 {
+	if (p->nqueued == PUT_PIPELINE && record_fresh(p))
+		flush_queue(t, p); /* full from the writes before: it would end the new flush */
 	if (len < PUT_STREAM_MIN || t->remote || p->state == PUT_DEAD || p->state == PUT_STREAM ||
 	    p->state == PUT_SKIP)
 		return;
@@ -718,6 +739,37 @@ static void stream_end(struct tree *t, struct put *p)
 	}
 }
 
+/* The batch's lock, for the request after a write: the write's reply
+ * goes out before its records commit (put_write_end), so the next request
+ * mostly finds it held for a little longer. It waits awake, up to
+ * PUT_WAIT_AWAKE_NS: a thread put to sleep costs a wake-up, tens of
+ * microseconds on a virtual machine, when the lock is given back. */
+static void lock_after_write(struct put *p)
+{
+	struct timespec ts;
+	int64_t until = 0;
+
+	if (!parallel_wait_awake()) {
+		pthread_mutex_lock(&p->mu);
+		return;
+	}
+	for (unsigned spins = 1; pthread_mutex_trylock(&p->mu) != 0; spins++) {
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#endif
+		if (spins % 64)
+			continue;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+		if (!until)
+			until = now + PUT_WAIT_AWAKE_NS;
+		else if (now >= until) {
+			pthread_mutex_lock(&p->mu);
+			return;
+		}
+	}
+}
+
 /* The write's records are read (and those it completes begin staging);
  * what they come to is known after put_write_end, which ends the flush
  * the write began: the reply goes out meanwhile, and the batch stays
@@ -728,7 +780,7 @@ static int put_write_begin(struct tree *t, struct handle *h, uint64_t off, const
 	struct put *p = (struct put *)h;
 	int rc;
 
-	pthread_mutex_lock(&p->mu);
+	lock_after_write(p);
 	if (owner)
 		p->owner = owner;
 	if (p->state == PUT_DONE)
@@ -794,7 +846,7 @@ static int put_fsync(struct tree *t, struct handle *h)
 {
 	struct put *p = (struct put *)h;
 
-	pthread_mutex_lock(&p->mu);
+	lock_after_write(p);
 	int rc = put_end(t, p);
 	pthread_mutex_unlock(&p->mu);
 	return rc;
@@ -804,7 +856,7 @@ static int put_flush(struct tree *t, struct handle *h, uint64_t owner)
 {
 	struct put *p = (struct put *)h;
 
-	pthread_mutex_lock(&p->mu);
+	lock_after_write(p);
 	bool foreign = p->state != PUT_DONE && owner && p->owner && owner != p->owner;
 	int rc = foreign ? 0 : put_end(t, p);
 	pthread_mutex_unlock(&p->mu);
@@ -819,7 +871,7 @@ static int put_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
 {
 	struct put *p = (struct put *)h;
 
-	pthread_mutex_lock(&p->mu);
+	lock_after_write(p);
 	if (p->state != PUT_DONE && off == 0)
 		put_end(t, p);
 	bool done = p->state == PUT_DONE, short_ = p->lines_short;
@@ -927,5 +979,6 @@ int put_open(struct tree *t, struct version *v, struct handle **h, struct open_r
 	next_record(p);
 	r->direct_io = true; /* what is read is not what was written */
 	*h = &p->h;
+	parallel_warm(PUT_WARM_NS); /* its records come next */
 	return 0;
 }

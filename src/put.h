@@ -26,6 +26,11 @@
 /* A write at least this large begins a flush that stages its records as
  * they are read (most records are a few KiB). */
 #define PUT_STREAM_MIN (32u << 10)
+/* How long after the open of a batch file the flush threads stay awake
+ * for its first write (parallel_warm). */
+#define PUT_WARM_NS 1000000
+/* How long the request after a write waits awake for its commits. */
+#define PUT_WAIT_AWAKE_NS 1000000
 
 /* v: the version of <wv>/.put, or NULL for .keys/.put. */
 int put_open(struct tree *t, struct version *v, struct handle **h, struct open_reply *r);

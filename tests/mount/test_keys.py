@@ -455,6 +455,37 @@ def test_put_a_large_write_that_finds_the_queue_full_keeps_the_record_in_progres
 
 
 @pytest.mark.parametrize("end", ["fsync", "read"])
+def test_put_writes_that_end_where_the_queue_fills(mnt, end):
+    """A write that ends with the queue's 64th record is answered before
+    its records commit; the next request (a write of 64 more, whose first
+    records repeat earlier keys, identical and different, or the end)
+    waits for them. Then 64 records in one write each (a queue filled by
+    writes too small to begin a flush), a large write, and the end: one
+    line each, in order, every byte back."""
+    n = 64
+    envs = [encode(WV, "%04x" % i, routed_experts(16, seed=i)) for i in range(4 * n)]
+    keys = [key_hex(WV, "%04x" % i) for i in range(4 * n)]
+    other = encode(WV, "%04x" % 10, routed_experts(16, seed=999))
+    recs = envs[:n] + [other, envs[20]] + envs[n:2 * n] + envs[2 * n:]
+    want = ([f"{k} 0" for k in keys[:n]] + [f"{keys[10]} EEXIST", f"{keys[20]} 0"] +
+            [f"{k} 0" for k in keys[n:]])
+    sizes = ([sum(map(len, recs[:n])), sum(map(len, recs[n:2 * n + 2]))] +
+             [len(e) for e in recs[2 * n + 2:3 * n + 2]] + [sum(map(len, recs[3 * n + 2:]))])
+    assert sizes[0] >= 32 << 10 and sum(sizes) == sum(map(len, recs))
+    rc, lines = batch(mnt.path(".keys", ".put"), b"".join(recs), chunk=sizes, end=end)
+    assert rc == errno.EEXIST
+    assert lines == want
+    assert get(mnt, keys) == b"".join(envs)
+    # Exactly one queue in one write, ended at once.
+    more = [encode(WV, "%04x" % i, routed_experts(16, seed=i)) for i in range(4 * n, 5 * n)]
+    rc, lines = batch(mnt.path(".keys", ".put"), b"".join(more), end=end)
+    assert rc == 0 and lines == [f"{key_hex(WV, '%04x' % i)} 0" for i in range(4 * n, 5 * n)]
+    m = mnt.metrics()
+    assert m["artfs_objects"] == 5 * n
+    assert m["artfs_bytes_reserved"] == 0 and m["artfs_uploads_in_flight"] == 0
+
+
+@pytest.mark.parametrize("end", ["fsync", "read"])
 def test_put_by_key_with_a_large_record_and_a_key_twice(mnt, end):
     envs = [encode(WV, "%02x" % i, routed_experts(3, seed=i)) for i in range(70)]
     big = encode(WV, "beef02", routed_experts(BIG_ROWS, seed=3))
