@@ -54,6 +54,8 @@ struct node *node_from_id(struct tree *t, uint64_t id)
 
 void sizing_wait(struct tree *t)
 {
+	if (!atomic_load(&t->sizing))
+		return; /* it only ever goes from true to false, under t->lock */
 	pthread_mutex_lock(&t->lock);
 	while (t->sizing)
 		pthread_cond_wait(&t->sized_cv, &t->lock);
@@ -86,12 +88,12 @@ void handle_register(struct handle *h)
 
 static void handle_free(struct tree *t, struct handle *h)
 {
-	pthread_mutex_lock(&open_handles_lock);
-	if (h->prev) {
+	if (h->prev) { /* registered by its open; a batch record's never is */
+		pthread_mutex_lock(&open_handles_lock);
 		h->prev->next = h->next;
 		h->next->prev = h->prev;
+		pthread_mutex_unlock(&open_handles_lock);
 	}
-	pthread_mutex_unlock(&open_handles_lock);
 	if (h->ops->release)
 		h->ops->release(t, h);
 }

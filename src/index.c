@@ -48,7 +48,9 @@ void index_init(struct index *idx)
 
 /* Every allocated version and object, so that shutdown can free them. */
 static struct node registry = { .prev = &registry, .next = &registry };
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Adaptive: every record of a batch adds and drops an object, on several
+ * threads at once. */
+static pthread_mutex_t registry_lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
 
 static void registry_add(struct node *n)
 {

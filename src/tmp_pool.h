@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 /* Files a pool holds when full; the maker starts again below half. */
-#define TMP_POOL_FILES 128
+#define TMP_POOL_FILES 256
 #define TMP_POOL_PREALLOC_MAX (64u << 10)
 
 struct tmp_pool;
