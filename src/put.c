@@ -17,9 +17,9 @@
 #include "remote.h"
 
 /* Records are not committed as their bytes arrive but queued, and a full
- * queue is flushed (when the next record begins): each record is staged (its temporary file, writing
- * it, hashing it) and committed as a single publish would be (DESIGN.md
- * §3.7), on a few threads at once. The outcome is that of single
+ * queue is flushed (when the next record begins): each record is staged
+ * (its temporary file, writing it, hashing it) and committed as a single
+ * publish would be (DESIGN.md §3.7), on a few threads at once. The outcome is that of single
  * publishes in order: records of different keys are independent, and a
  * record whose key an earlier record of the queue has commits after it,
  * in order; the result lines come in order. A large write (most of a
@@ -416,19 +416,17 @@ static bool key_queued(const struct put *p, const struct put_rec *r)
 }
 
 /* The record in progress joins the queue (and an open flush). A full
- * queue is flushed when the next record begins (record_begins), not now:
- * a write whose last record fills it is answered before its flush ends
- * (put_write_end), as a batch of PUT_PIPELINE records is. */
-static int enqueue(struct tree *t, struct put *p)
+ * queue is flushed when the next record begins (consume, stream_begin),
+ * not now: a write whose last record fills it is answered before its
+ * flush ends (put_write_end), as a batch of PUT_PIPELINE records is. */
+static void enqueue(struct put *p)
 {
-	(void)t;
 	p->cur.after_same_key = key_queued(p, &p->cur);
 	p->queue[p->nqueued++] = p->cur;
 	p->cur.pub = NULL;
 	p->seen++;
 	if (p->flush.open)
 		atomic_store(&p->flush.avail, p->nqueued);
-	return 0;
 }
 
 /* No byte of the record in progress is read yet (none is in the buffer). */
@@ -439,10 +437,10 @@ static bool record_fresh(const struct put *p)
 }
 
 /* A record refused before its publish began: its line comes in its turn. */
-static int refuse(struct tree *t, struct put *p, int rc)
+static void refuse(struct put *p, int rc)
 {
 	p->cur.refused = rc;
-	return enqueue(t, p);
+	enqueue(p);
 }
 
 /* Capacity for want bytes: doubling from 64 KiB, at most PUT_QUEUE_BYTES. */
@@ -519,8 +517,8 @@ static int start_stream(struct tree *t, struct put *p)
 
 	if (rc < 0) {
 		p->state = PUT_SKIP;
-		rc = refuse(t, p, rc);
-		return flushed < 0 ? flushed : rc;
+		refuse(p, rc);
+		return flushed;
 	}
 	r->streamed = true;
 	publish_write_parsed(t, r->pub, &r->env, p->head, p->head_len, p->owner);
@@ -543,12 +541,14 @@ static int start_record(struct tree *t, struct put *p, size_t left)
 		log_warn("put %s: record %u: %s; the rest of the batch is refused", where(p),
 			 p->seen, detail);
 		p->state = PUT_DEAD;
-		return refuse(t, p, -EBADMSG);
+		refuse(p, -EBADMSG);
+		return 0;
 	}
 	uint64_t total = envelope_total_len(&r->env);
 	if (total == UINT64_MAX) {
 		p->state = PUT_DEAD;
-		return refuse(t, p, -EBADMSG);
+		refuse(p, -EBADMSG);
+		return 0;
 	}
 	p->remaining = total - p->head_len;
 	const char *hex = r->env.key + sizeof(ARTFS_KEY_PREFIX) - 1;
@@ -571,7 +571,8 @@ static int start_record(struct tree *t, struct put *p, size_t left)
 	if (rc < 0) {
 		/* Refused before its publish began: pass over its bytes. */
 		p->state = PUT_SKIP;
-		return refuse(t, p, rc);
+		refuse(p, rc);
+		return 0;
 	}
 	p->state = PUT_BODY;
 	if (p->flush.open && p->head_at && p->remaining <= left) {
@@ -588,12 +589,11 @@ static int start_record(struct tree *t, struct put *p, size_t left)
 }
 
 /* The last byte of the record in progress is in. */
-static int end_record(struct tree *t, struct put *p)
+static void end_record(struct put *p)
 {
-	int rc = p->state == PUT_SKIP ? 0 : enqueue(t, p);
-
+	if (p->state != PUT_SKIP)
+		enqueue(p);
 	next_record(p);
-	return rc;
 }
 
 static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len)
@@ -652,7 +652,7 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 						 p->seen, hlen,
 						 ARTFS_ENVELOPE_HEADER_MAX);
 					p->state = PUT_DEAD;
-					rc = refuse(t, p, -EBADMSG);
+					refuse(p, -EBADMSG);
 					break;
 				}
 				p->head_need = ENVELOPE_PREFIX_LEN + hlen;
@@ -660,7 +660,7 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 			}
 			rc = start_record(t, p, len);
 			if (rc == 0 && p->remaining == 0 && p->state != PUT_DEAD)
-				rc = end_record(t, p);
+				end_record(p);
 			break;
 		}
 		case PUT_BODY:
@@ -680,7 +680,7 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 			len -= take;
 			p->remaining -= take;
 			if (p->remaining == 0)
-				rc = end_record(t, p);
+				end_record(p);
 			break;
 		}
 		case PUT_DEAD:
