@@ -352,7 +352,7 @@ def test_vllm_store_puts_and_gets_from_many_processes_and_threads(mnt):
 # Large writes: each begins a flush that stages its records while the rest
 # of the write is read, and records commit in runs (src/put.c, publish.c).
 # Many processes put the same keys at once, by key and by path, in batches
-# of up to 64 records of several KiB cut into writes of odd sizes, some
+# of up to 128 records of several KiB cut into writes of odd sizes, some
 # keys twice in one batch, while others remove objects and read them: every
 # record of every batch must be 0 (identical content, or a new commit), and
 # everything that stays reads back byte for byte.
@@ -377,7 +377,11 @@ def stream_worker(mnt, seed, seconds, q):
         op = rng.randrange(5)
         try:
             if op < 3:     # a batch by key (0, 1) or by path (2)
-                hs = rng.sample(SKEYS, rng.randrange(20, 61))
+                # 23 to 63 records, or exactly one queue (64: its last
+                # record fills the queue, and the reply comes before the
+                # flush), or two (128: the full queue flushes when the
+                # next record begins)
+                hs = rng.sample(SKEYS, rng.choice((rng.randrange(20, 61), 61, 125)))
                 hs += rng.sample(hs, 3)                               # three keys twice
                 rng.shuffle(hs)
                 if op < 2:
@@ -394,7 +398,7 @@ def stream_worker(mnt, seed, seconds, q):
                 try:
                     off = 0
                     while off < len(data):
-                        n = rng.choice((33000, 65537, 150001, 1 << 20))
+                        n = rng.choice((33000, 65537, 150001, 1 << 20, len(data)))
                         os.write(fd, data[off:off + n])
                         off += n
                     if end == "fsync":
