@@ -209,6 +209,15 @@ void version_object_key(const struct version *v, const uint8_t *hash, size_t len
 		key_derive(v->name, hash, len, out);
 }
 
+void version_object_key_bin(const struct version *v, const uint8_t *hash, size_t len,
+			    uint8_t out[32])
+{
+	char key[ARTFS_KEY_LEN + 1];
+
+	version_object_key(v, hash, len, key);
+	key_sha256_decode(key + sizeof(ARTFS_KEY_PREFIX) - 1, out);
+}
+
 void version_store_path(const struct version *v, const char *name, char out[STORE_PATH_MAX])
 {
 	store_object_path(name, v->keyonly, out);

@@ -222,6 +222,10 @@ int version_keyonly(struct tree *t, struct version **out);
 void version_object_key(const struct version *v, const uint8_t *hash, size_t len,
 			char out[ARTFS_KEY_LEN + 1]);
 
+/* The same key as its 32 bytes. */
+void version_object_key_bin(const struct version *v, const uint8_t *hash, size_t len,
+			    uint8_t out[32]);
+
 /* Where the object of v named name lies in v's store directory
  * (store_object_path: the key-only version's objects are sharded). */
 void version_store_path(const struct version *v, const char *name, char out[STORE_PATH_MAX]);

@@ -43,6 +43,11 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+static bool loop_begun(void *seen)
+{
+	return atomic_load_explicit(&loops_begun, memory_order_relaxed) != *(uint64_t *)seen;
+}
+
 /* Under mu, entered and left so: a warm worker watches for a new loop
  * without the lock until one begins or the warm time ends; false when
  * it has ended (then the worker sleeps). The first to wake wakes the
@@ -57,15 +62,27 @@ static bool watch(void)
 	if (sleeping)
 		pthread_cond_signal(&work);
 	pthread_mutex_unlock(&mu);
-	for (unsigned spins = 1; atomic_load_explicit(&loops_begun, memory_order_relaxed) == seen;
-	     spins++) {
+	parallel_spin(loop_begun, &seen, until - now_ns());
+	pthread_mutex_lock(&mu);
+	return true;
+}
+
+bool parallel_spin(bool (*done)(void *ctx), void *ctx, int64_t ns)
+{
+	int64_t until = 0;
+
+	for (unsigned spins = 1; !done(ctx); spins++) {
 #if defined(__x86_64__) || defined(__i386__)
 		__builtin_ia32_pause();
 #endif
-		if (spins % 64 == 0 && now_ns() >= until)
-			break;
+		if (spins % 64)
+			continue;
+		int64_t now = now_ns();
+		if (!until)
+			until = now + ns;
+		else if (now >= until)
+			return false;
 	}
-	pthread_mutex_lock(&mu);
 	return true;
 }
 

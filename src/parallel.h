@@ -58,4 +58,8 @@ void parallel_warm(int64_t ns);
  * on small machines; a crowded host). */
 bool parallel_wait_awake(void);
 
+/* Spins on the calling CPU until done(ctx) is true (then true) or about
+ * ns have passed (false); done is asked between pauses. */
+bool parallel_spin(bool (*done)(void *ctx), void *ctx, int64_t ns);
+
 #endif

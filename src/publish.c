@@ -172,10 +172,7 @@ int publish_begin(struct tree *t, struct object *obj, struct handle **h)
 	u->tmp.fd = -1;
 	object_name(obj, u->name);
 	version_object_key(u->ver, obj->hash, obj->hash_len, u->key);
-	if (u->ver->keyonly && obj->hash_len == 32) /* a key-only object's hash is its key */
-		memcpy(u->key_bin, obj->hash, 32);
-	else
-		key_sha256_decode(u->key + sizeof(ARTFS_KEY_PREFIX) - 1, u->key_bin);
+	key_sha256_decode(u->key + sizeof(ARTFS_KEY_PREFIX) - 1, u->key_bin);
 
 	pthread_mutex_lock(&t->lock);
 	if (u->ver->removed) { /* collected or removed since the lookup */
@@ -666,7 +663,7 @@ static int payload_checked(struct tree *t, struct publish *u)
 	u->checked = true;
 	npy_file_size(&u->env.array, &u->npy_size);
 	/* A restart knows its size from this; marked here, before the commit
-	 * and its t->commit_lock. */
+	 * and its key's commit lock. */
 	if (u->tmp.fd >= 0)
 		store_mark_npy_size(u->tmp.fd, u->npy_size);
 	return 0;
@@ -691,8 +688,8 @@ static int publish_finish(struct tree *t, struct handle *h)
 	if (u->finished)
 		rc = u->result;
 	else if ((rc = payload_checked(t, u)) == 0) {
-		/* Its temporary file is closed at release, out of a batch's
-		 * in-order commits (put.c); the room it held is given back now. */
+		/* Its temporary file is closed at release, after a batch's
+		 * commits (put.c); the room it held is given back now. */
 		rc = commit(t, u);
 		finished(t, u, rc);
 		return rc;

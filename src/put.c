@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "envelope.h"
 #include "key.h"
@@ -77,7 +76,7 @@ struct flush {
 /* One record, from its header on: in progress, then in the queue. */
 struct put_rec {
 	char key[65];              /* its key hex, or "-" */
-	int refused;               /* its outcome, decided before any publish began */
+	int refused;               /* its outcome, decided as it was read */
 	uint8_t hash[ARTFS_HASH_BYTES_MAX];
 	size_t hash_len;
 	struct envelope env;       /* its header, parsed once */
@@ -85,7 +84,8 @@ struct put_rec {
 	const uint8_t *in_write;   /* or, while a flush is open, in the write being read */
 	struct handle *pub;        /* its publish, once begun */
 	bool streamed;             /* its bytes went to pub as they came */
-	int staged;                /* the publish's outcome short of its commit */
+	int staged;                /* its outcome short of its commit (when its
+				    * publish could not begin, its errno) */
 	bool to_cluster;           /* with remote=: its bytes still go to the cluster */
 	bool after_same_key;       /* an earlier record of the queue has its key */
 };
@@ -204,7 +204,9 @@ static void stage(struct tree *t, struct put *p, struct put_rec *r)
 		return; /* nothing to do, or done as its bytes came */
 	int rc = begin(t, p->ver, r);
 	if (rc < 0) {
-		r->refused = rc;
+		/* Not in refused: the reading thread reads that of queued
+		 * records (key_queued) while this one stages. */
+		r->staged = rc;
 		return;
 	}
 	/* A refusal is sticky in the publish: publish_check says it. */
@@ -242,7 +244,7 @@ static void commit_recs(struct flush *f, size_t from, size_t to)
 {
 	for (size_t i = from; i < to; i++) {
 		struct put_rec *r = &f->p->queue[i];
-		int rc = r->refused;
+		int rc = r->refused ? r->refused : r->staged;
 		if (r->pub)
 			rc = r->pub->ops->fsync(f->t, r->pub);
 		rc = record_line(f->p, r->key, rc);
@@ -416,7 +418,7 @@ static bool key_queued(const struct put *p, const struct put_rec *r)
 }
 
 /* The record in progress joins the queue (and an open flush). A full
- * queue is flushed when the next record begins (consume, stream_begin),
+ * queue is flushed when the next record begins (flush_if_full),
  * not now: a write whose last record fills it is answered before its
  * flush ends (put_write_end), as a batch of PUT_PIPELINE records is. */
 static void enqueue(struct put *p)
@@ -429,11 +431,14 @@ static void enqueue(struct put *p)
 		atomic_store(&p->flush.avail, p->nqueued);
 }
 
-/* No byte of the record in progress is read yet (none is in the buffer). */
-static bool record_fresh(const struct put *p)
+/* A full queue is flushed before the next record begins to be read (none
+ * of its bytes is in the buffer yet): 0, or the flush's errno. */
+static int flush_if_full(struct tree *t, struct put *p)
 {
-	return p->state == (p->ver ? PUT_LINE : PUT_HEAD) && !p->line_len && !p->bad_line &&
-	       !p->head_len;
+	bool fresh = p->state == (p->ver ? PUT_LINE : PUT_HEAD) && !p->line_len &&
+		     !p->bad_line && !p->head_len;
+
+	return p->nqueued == PUT_PIPELINE && fresh ? flush_queue(t, p) : 0;
 }
 
 /* A record refused before its publish began: its line comes in its turn. */
@@ -602,11 +607,8 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 
 	while (len && rc == 0) {
 		p->write_left = len;
-		if (p->nqueued == PUT_PIPELINE && record_fresh(p)) {
-			rc = flush_queue(t, p); /* a full queue, before a record joins */
-			if (rc < 0)
-				break;
-		}
+		if ((rc = flush_if_full(t, p)) < 0)
+			break;
 		switch (p->state) {
 		case PUT_LINE: {
 			const uint8_t *nl = memchr(buf, '\n', len);
@@ -708,8 +710,9 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
  * queue whole. */
 static void stream_begin(struct tree *t, struct put *p, size_t len)
 {
-	if (p->nqueued == PUT_PIPELINE && record_fresh(p))
-		flush_queue(t, p); /* full from the writes before: it would end the new flush */
+	/* Full from the writes before, it would end the new flush at once; a
+	 * line it could not write is the batch's errno (lines_short). */
+	flush_if_full(t, p);
 	if (len < PUT_STREAM_MIN || t->remote || p->state == PUT_DEAD || p->state == PUT_STREAM ||
 	    p->state == PUT_SKIP)
 		return;
@@ -739,6 +742,11 @@ static void stream_end(struct tree *t, struct put *p)
 	}
 }
 
+static bool lock_taken(void *mu)
+{
+	return pthread_mutex_trylock(mu) == 0;
+}
+
 /* The batch's lock, for the request after a write: the write's reply
  * goes out before its records commit (put_write_end), so the next request
  * mostly finds it held for a little longer. It waits awake, up to
@@ -746,28 +754,8 @@ static void stream_end(struct tree *t, struct put *p)
  * microseconds on a virtual machine, when the lock is given back. */
 static void lock_after_write(struct put *p)
 {
-	struct timespec ts;
-	int64_t until = 0;
-
-	if (!parallel_wait_awake()) {
+	if (!parallel_wait_awake() || !parallel_spin(lock_taken, &p->mu, PUT_WAIT_AWAKE_NS))
 		pthread_mutex_lock(&p->mu);
-		return;
-	}
-	for (unsigned spins = 1; pthread_mutex_trylock(&p->mu) != 0; spins++) {
-#if defined(__x86_64__) || defined(__i386__)
-		__builtin_ia32_pause();
-#endif
-		if (spins % 64)
-			continue;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-		if (!until)
-			until = now + PUT_WAIT_AWAKE_NS;
-		else if (now >= until) {
-			pthread_mutex_lock(&p->mu);
-			return;
-		}
-	}
 }
 
 /* The write's records are read (and those it completes begin staging);

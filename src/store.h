@@ -16,9 +16,9 @@
  * made side by side in one directory contend for it (on tmpfs, 15 threads
  * making files in the directory linked into took 27 us a file and slowed
  * every link to 20 us; each in a directory of its own, 5 us and 2.7 us).
- * Every key-addressed object of every version is linked into the key-only
- * version, so its objects are spread over 16 shards: links into one
- * directory run one at a time, and a batch's records link side by side. */
+ * Objects published by key alone all lie in the key-only version, so its
+ * objects are spread over 16 shards: links into one directory run one at
+ * a time, and a batch's records link side by side. */
 #ifndef ARTFS_STORE_H
 #define ARTFS_STORE_H
 

@@ -504,9 +504,7 @@ static int remove_object(struct tree *t, struct version *v, const uint8_t *hash,
 	uint8_t derived[32];
 
 	if (v) { /* the key this name must carry chooses the commit lock */
-		char k[ARTFS_KEY_LEN + 1];
-		version_object_key(v, hash, len, k);
-		key_sha256_decode(k + sizeof(ARTFS_KEY_PREFIX) - 1, derived);
+		version_object_key_bin(v, hash, len, derived);
 		key = derived;
 	}
 	pthread_mutex_t *commit_lock = commit_lock_of(t, key);
