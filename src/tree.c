@@ -143,12 +143,19 @@ static struct object *object_of_key(struct node *n)
 	return (struct object *)((char *)n - offsetof(struct object, keynode));
 }
 
-/* A per-open transaction file (.materialize, .put, .get): any user who may
- * enter its directory may use it, whatever umask=. */
+/* A per-open transaction file that reads (.materialize, .get): any user
+ * who may enter its directory may use it, whatever umask=. */
 static void transaction_stat(struct tree *t, struct node *n, struct stat *st)
 {
 	stat_common(t, n, st, S_IFREG);
 	st->st_mode = S_IFREG | 0666;
+}
+
+/* A batch publish (.put): writable by whoever may create objects in its
+ * directory (0666 & ~umask=, as the directory's 0777 & ~umask=). */
+static void put_stat(struct tree *t, struct node *n, struct stat *st)
+{
+	stat_common(t, n, st, S_IFREG | 0666);
 }
 
 static void version_stat(struct tree *t, struct version *v, struct stat *st)
@@ -193,7 +200,7 @@ int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeou
 	case NODE_PUT:
 		if (n != &t->keys_put && version_of_put(n)->removed)
 			return -ENOENT;
-		transaction_stat(t, n, st);
+		put_stat(t, n, st);
 		return 0;
 	case NODE_GET:
 		transaction_stat(t, n, st);

@@ -283,7 +283,11 @@ def test_store_rejects_different_value_for_same_key(kmnt):
     assert store.get([first.key]) == [first.payload]
 
 
-def test_an_identical_reput_succeeds_for_any_user(make_mount):
+def test_only_a_user_who_may_publish_puts_and_any_user_gets(make_mount):
+    """On a mount with the default umask only its owner publishes, also
+    through .put and also content identical to what is stored (an
+    unprivileged user could otherwise publish a key first); every user
+    reads."""
     m = with_keys(make_mount(allow_other=None))
     objects = [obj(WV, f"{i:02x}", routed_experts(4, seed=i)) for i in range(3)]
     ArtfsArtifactStore(m.mountpoint).put(objects)
@@ -297,8 +301,14 @@ def test_an_identical_reput_succeeds_for_any_user(make_mount):
             os.setgid(65534)
             os.setuid(65534)
             store = ArtfsArtifactStore(".")
-            store.put(objects)
             assert store.get([o.key for o in objects]) == [o.payload for o in objects]
+            for batch in (objects, [obj(WV, "ff", routed_experts(4, seed=9))]):
+                try:
+                    store.put(batch)
+                    raise AssertionError("nobody's put succeeded")
+                except ArtifactStoreError as e:
+                    cause = e.__cause__
+                    assert isinstance(cause, PermissionError), repr(cause)
             os.write(write, b"ok")
         except BaseException as e:  # noqa: BLE001 (reported to the parent)
             os.write(write, repr(e).encode()[:4000])
@@ -309,6 +319,7 @@ def test_an_identical_reput_succeeds_for_any_user(make_mount):
     os.close(read)
     os.waitpid(pid, 0)
     assert said == "ok"
+    assert not os.path.exists(m.path(WV, "ff"))
 
 
 def test_put_refuses_what_artfs_cannot_hold(kmnt):

@@ -80,6 +80,7 @@ _MEANINGS = {
     errno.EIO: "artifact object failed verification in the store",
     errno.EBADMSG: "artfs refused a malformed artifact object",
     errno.EEXIST: "artifact object key collision",
+    errno.EACCES: "this user may not publish to the artfs mount (its mode bits say no)",
 }
 
 
@@ -144,8 +145,9 @@ class ArtfsArtifactStore(ArtfsArtifactReader):
 
     Capacity, object size limit and expiry are the daemon's (capacity=,
     max_object=, ttl=), shared by every engine on the node. An identical
-    re-put succeeds, for any user; the same key with other content is a
-    collision (ArtifactCorruptionError)."""
+    re-put succeeds; the same key with other content is a collision
+    (ArtifactCorruptionError). Only a user who may publish on the mount
+    puts (its mode bits: by default the daemon's user); any user gets."""
 
     # The layout of the headers put before: headers laid out alike (an
     # engine's encoder writes them all) are checked without a JSON parse.
