@@ -42,6 +42,7 @@ enum put_state {
 	PUT_STREAM,  /* feeding the rest of a large record to its publish */
 	PUT_SKIP,    /* passing over the rest of a refused record */
 	PUT_DEAD,    /* a header that gives no length: nothing after it can be read */
+	PUT_FULL,    /* PUT_RECORDS_MAX records read: nothing after them is taken */
 	PUT_DONE,    /* fsync or close ended the transaction */
 };
 
@@ -130,23 +131,63 @@ struct put {
 	size_t results_len, results_cap;
 };
 
-/* One record's outcome: a result line, and the batch's errno if first. */
-static int record_line(struct put *p, const char *key, int rc)
+/* Bytes of result memory that a record's line may take: 64 hex digits, a
+ * space, an errno name, a newline. */
+#define PUT_LINE_MAX 80
+/* Fewer bytes than any record that yields a line and lets the batch go on:
+ * a length prefix and a header with every field of DESIGN.md §3.1, whose
+ * key and payload_sha256 alone are 142 characters (279 bytes at least in
+ * all, with a one-byte payload). */
+#define PUT_RECORD_BYTES_MIN 256
+
+/* Grows the result lines' memory to cap bytes at least, charged to
+ * materialize_max= (with what else every batch file holds): by half
+ * again when there is room for that, else to cap. -ENOMEM. */
+static int lines_grow(struct tree *t, struct put *p, size_t cap)
 {
-	char line[96];
+	size_t more = p->results_cap + p->results_cap / 2;
+
+	if (cap <= p->results_cap)
+		return 0;
+	if (more > cap && transaction_memory_take(t, more - p->results_cap))
+		cap = more;
+	else if (!transaction_memory_take(t, cap - p->results_cap))
+		return -ENOMEM;
+	char *grown = realloc(p->results, cap);
+	if (!grown) {
+		transaction_memory_give(t, cap - p->results_cap);
+		return -ENOMEM;
+	}
+	p->results = grown;
+	p->results_cap = cap;
+	return 0;
+}
+
+/* Room for the lines of every record that a write of len bytes may end:
+ * those queued, the one in progress, one that ends the batch, and one for
+ * every PUT_RECORD_BYTES_MIN bytes. Taken before any of its bytes is read,
+ * so that a write the memory cannot answer for fails (ENOMEM) with nothing
+ * of it read, let alone committed. */
+static int lines_reserve(struct tree *t, struct put *p, size_t len)
+{
+	size_t records = p->nqueued + 3 + len / PUT_RECORD_BYTES_MIN;
+
+	return lines_grow(t, p, p->results_len + records * PUT_LINE_MAX);
+}
+
+/* One record's outcome: a result line, and the batch's errno if first. */
+static int record_line(struct tree *t, struct put *p, const char *key, int rc)
+{
+	char line[PUT_LINE_MAX];
 	int n = snprintf(line, sizeof(line), "%s %s\n", key, errno_name(-rc));
 
-	if (p->results_len + (size_t)n > p->results_cap) {
-		size_t cap = p->results_cap ? p->results_cap * 2 : 4096;
-		char *grown = realloc(p->results, cap);
-		if (!grown) {
-			if (!p->first_error) /* the lines are incomplete: the batch says so */
-				p->first_error = -ENOMEM;
-			p->lines_short = true;
-			return -ENOMEM;
-		}
-		p->results = grown;
-		p->results_cap = cap;
+	/* Reserved by the write (lines_reserve); more only if that fell short. */
+	if (p->results_len + (size_t)n > p->results_cap &&
+	    lines_grow(t, p, p->results_len + (size_t)n) < 0) {
+		if (!p->first_error) /* the lines are incomplete: the batch says so */
+			p->first_error = -ENOMEM;
+		p->lines_short = true;
+		return -ENOMEM;
 	}
 	memcpy(p->results + p->results_len, line, (size_t)n);
 	p->results_len += (size_t)n;
@@ -247,7 +288,7 @@ static void commit_recs(struct flush *f, size_t from, size_t to)
 		int rc = r->refused ? r->refused : r->staged;
 		if (r->pub)
 			rc = r->pub->ops->fsync(f->t, r->pub);
-		rc = record_line(f->p, r->key, rc);
+		rc = record_line(f->t, f->p, r->key, rc);
 		if (rc < 0 && !f->rc)
 			f->rc = rc;
 	}
@@ -431,14 +472,18 @@ static void enqueue(struct put *p)
 		atomic_store(&p->flush.avail, p->nqueued);
 }
 
+/* Whether the next byte begins a record (none of it is read yet). */
+static bool between_records(const struct put *p)
+{
+	return p->state == (p->ver ? PUT_LINE : PUT_HEAD) && !p->line_len && !p->bad_line &&
+	       !p->head_len;
+}
+
 /* A full queue is flushed before the next record begins to be read (none
  * of its bytes is in the buffer yet): 0, or the flush's errno. */
 static int flush_if_full(struct tree *t, struct put *p)
 {
-	bool fresh = p->state == (p->ver ? PUT_LINE : PUT_HEAD) && !p->line_len &&
-		     !p->bad_line && !p->head_len;
-
-	return p->nqueued == PUT_PIPELINE && fresh ? flush_queue(t, p) : 0;
+	return p->nqueued == PUT_PIPELINE && between_records(p) ? flush_queue(t, p) : 0;
 }
 
 /* A record refused before its publish began: its line comes in its turn. */
@@ -601,6 +646,17 @@ static void end_record(struct put *p)
 	next_record(p);
 }
 
+/* A record begins after the last one a batch may hold: the rest is
+ * refused, and the result lines end with one that says so. */
+static int overflow(struct tree *t, struct put *p)
+{
+	log_warn("put %s: more than %u records in one batch; the rest is refused (EFBIG)",
+		 where(p), PUT_RECORDS_MAX);
+	p->state = PUT_FULL;
+	refuse(p, -EFBIG);
+	return -EFBIG;
+}
+
 static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len)
 {
 	int rc = 0;
@@ -609,6 +665,8 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 		p->write_left = len;
 		if ((rc = flush_if_full(t, p)) < 0)
 			break;
+		if (p->seen >= PUT_RECORDS_MAX && between_records(p))
+			return overflow(t, p);
 		switch (p->state) {
 		case PUT_LINE: {
 			const uint8_t *nl = memchr(buf, '\n', len);
@@ -688,12 +746,10 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 		case PUT_DEAD:
 			len = 0;
 			break;
+		case PUT_FULL:
+			return -EFBIG;
 		case PUT_DONE:
 			return -EINVAL;
-		}
-		if (p->seen >= PUT_RECORDS_MAX && p->state != PUT_DEAD) {
-			log_warn("put %s: more than %u records in one batch", where(p), PUT_RECORDS_MAX);
-			return -EFBIG;
 		}
 	}
 	return rc;
@@ -713,8 +769,8 @@ static void stream_begin(struct tree *t, struct put *p, size_t len)
 	/* Full from the writes before, it would end the new flush at once; a
 	 * line it could not write is the batch's errno (lines_short). */
 	flush_if_full(t, p);
-	if (len < PUT_STREAM_MIN || t->remote || p->state == PUT_DEAD || p->state == PUT_STREAM ||
-	    p->state == PUT_SKIP)
+	if (len < PUT_STREAM_MIN || t->remote || p->state == PUT_DEAD || p->state == PUT_FULL ||
+	    p->state == PUT_STREAM || p->state == PUT_SKIP)
 		return;
 	if (p->buf_len + len > PUT_QUEUE_BYTES)
 		return; /* room would mean a flush now, with a record in progress in the buffer */
@@ -773,9 +829,16 @@ static int put_write_begin(struct tree *t, struct handle *h, uint64_t off, const
 		p->owner = owner;
 	if (p->state == PUT_DONE)
 		rc = -EINVAL; /* one transaction per open */
+	else if (p->state == PUT_FULL)
+		rc = -EFBIG; /* at any offset: the one refused did not move the file's */
 	else if (off != p->received)
 		rc = -EINVAL; /* records are a stream: sequential writes only */
-	else {
+	else if ((rc = lines_reserve(t, p, len)) < 0) {
+		log_warn("put %s: write of %zu bytes refused (ENOMEM): materialize_max= (%llu "
+			 "bytes) has no room for its result lines; nothing of it was read",
+			 where(p), len, (unsigned long long)t->cfg->materialize_max);
+		return rc;
+	} else {
 		p->head_at = NULL; /* a header begun in an earlier write is not in this one */
 		stream_begin(t, p, len);
 		rc = consume(t, p, buf, len);
@@ -821,7 +884,7 @@ static int put_end(struct tree *t, struct put *p)
 	buffer_free(t, p);
 	if (cut && p->state != PUT_SKIP) {
 		log_warn("put %s: record %u cut short; nothing of it committed", where(p), p->records);
-		record_line(p, p->cur.key, -EBADMSG);
+		record_line(t, p, p->cur.key, -EBADMSG);
 	} else if (cut && !p->first_error)
 		p->first_error = -EBADMSG;
 	if (p->state == PUT_DEAD && !p->first_error)
@@ -893,6 +956,7 @@ static void put_release(struct tree *t, struct handle *h)
 		node_unref(&p->ver->node, 1);
 	}
 	pthread_mutex_destroy(&p->mu);
+	transaction_memory_give(t, sizeof(*p) + p->results_cap);
 	free(p->results);
 	free(p);
 }
@@ -950,10 +1014,19 @@ static const struct handle_ops put_ops = {
 
 int put_open(struct tree *t, struct version *v, struct handle **h, struct open_reply *r)
 {
+	/* What every open batch file holds, itself included, is charged. */
+	if (!transaction_memory_take(t, sizeof(struct put))) {
+		log_warn("open %s/%s: refused (ENOMEM): materialize_max= (%llu bytes) is held by "
+			 "open transaction files", v ? v->name : ARTFS_KEYS_DIR, ARTFS_PUT_NAME,
+			 (unsigned long long)t->cfg->materialize_max);
+		return -ENOMEM;
+	}
 	struct put *p = calloc(1, sizeof(*p));
 
-	if (!p)
+	if (!p) {
+		transaction_memory_give(t, sizeof(struct put));
 		return -ENOMEM;
+	}
 	handle_init(&p->h, &put_ops);
 	pthread_mutex_init(&p->mu, NULL);
 	p->ver = v;
