@@ -207,3 +207,95 @@ def test_a_stalled_writer_holds_only_what_it_sent(make_mount):
     assert e.value.errno == errno.EBADMSG
     assert m.metrics()["artfs_bytes_reserved"] == 0
     assert not os.path.exists(m.path(WV, "00aa"))
+
+
+def _hold_open(path, hashes, want, held, release, q):
+    """Opens the objects of hashes in turn, want times in all or until an
+    open fails; says how many it holds and the errno that stopped it, waits
+    for release, then reads its first and last file and closes them all."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    fds, stopped = [], None
+    try:
+        for i in range(want):
+            try:
+                fds.append((os.open(os.path.join(path, hashes[i % len(hashes)]), os.O_RDONLY),
+                            hashes[i % len(hashes)]))
+            except OSError as e:
+                stopped = errno.errorcode.get(e.errno, str(e.errno))
+                break
+        q.put((len(fds), stopped))
+        held.set()
+        release.wait(120)
+        read = [(h, os.pread(fd, 1 << 16, 0)) for fd, h in (fds[:1] + fds[-1:])]
+        q.put(read)
+    finally:
+        for fd, _ in fds:
+            os.close(fd)
+
+
+def test_clients_that_take_every_descriptor_of_the_daemon(mnt):
+    """Two processes hold open objects by the thousand (up to 20,000 each)
+    until the daemon's descriptor table is full: a new open fails with
+    EMFILE or ENFILE, a publish 0 or ENFILE; stat, listings, attributes,
+    metrics and the files already open keep working; once the processes
+    close theirs, everything opens and reads back byte for byte."""
+    import multiprocessing
+    os.mkdir(mnt.path(WV))
+    hashes = [f"{i:02x}" for i in range(64)]
+    arrays = {h: routed_experts(4, seed=i) for i, h in enumerate(hashes)}
+    for h in hashes:
+        assert publish(mnt.path(WV, h), encode(WV, h, arrays[h])) == 0
+    # Each holder may open up to 20,000 of its own (within its hard limit,
+    # with room for what it inherits); the daemon, half as many again.
+    per = min(20000, resource.getrlimit(resource.RLIMIT_NOFILE)[1] * 6 // 10)
+    pid = mnt.proc.pid
+    soft_was, hard_was = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    limit = min(per + per // 2, hard_was)
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    held = [ctx.Event(), ctx.Event()]
+    release = ctx.Event()
+    procs = []
+    try:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, hard_was))
+        for k in range(2):  # one after the other: the second finds the table full
+            p = ctx.Process(target=_hold_open,
+                            args=(mnt.path(WV), hashes, per, held[k], release, q))
+            p.start()
+            procs.append(p)
+            assert held[k].wait(120)
+        counts = [q.get(timeout=10) for _ in procs]
+        assert counts[0] == (per, None), counts
+        assert counts[1][0] > 0 and counts[1][1] in ("EMFILE", "ENFILE"), counts
+        # The table is full: new opens and publishes say so, nothing else breaks.
+        with pytest.raises(OSError) as e:
+            open(mnt.path(WV, hashes[0]), "rb")
+        assert e.value.errno in (errno.EMFILE, errno.ENFILE), e.value
+        # (a publish takes a temporary file made ahead while there are any)
+        full = publish(mnt.path(WV, "ffff"), encode(WV, "ffff", routed_experts(2)))
+        assert full in (0, "close:ENFILE", "write:ENFILE")
+        assert sorted(os.listdir(mnt.path(WV))) == hashes + ["ffff"] * (full == 0)
+        assert os.stat(mnt.path(WV, hashes[5])).st_size == len(npy_bytes(arrays[hashes[5]]))
+        assert os.getxattr(mnt.path(WV, hashes[5]), "user.artfs.shape") == b"4,48,8"
+        m = mnt.metrics()
+        assert m[f'artfs_version_open_files{{version="{WV}"}}'] >= per
+        release.set()
+        for _ in procs:
+            for h, data in q.get(timeout=60):
+                assert data == npy_bytes(arrays[h])
+        for p in procs:
+            p.join(60)
+            assert p.exitcode == 0
+    finally:
+        release.set()
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft_was, hard_was))
+    assert wait_for(lambda: mnt.metrics()[f'artfs_version_open_files{{version="{WV}"}}'] == 0)
+    for h in hashes:
+        assert read_result(mnt.path(WV, h)) == npy_bytes(arrays[h])
+    assert publish(mnt.path(WV, "fffe"), encode(WV, "fffe", routed_experts(2))) == 0
+    assert read_result(mnt.path(WV, "fffe")) == npy_bytes(routed_experts(2))
