@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,34 @@ int64_t redis_now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static redisReplyObjectFunctions bounded;
+static void *(*create_array)(const redisReadTask *, int);
+static pthread_once_t bounded_once = PTHREAD_ONCE_INIT;
+
+static void *bounded_array(const redisReadTask *task, int elements)
+{
+	return elements > (int)REDIS_REPLY_ELEMENTS_MAX ? NULL : create_array(task, elements);
+}
+
+static void bounded_init(void)
+{
+	redisReader *r = redisReaderCreate(); /* hiredis's own functions, to wrap */
+
+	if (!r)
+		return;
+	bounded = *r->fn;
+	create_array = bounded.createArray;
+	bounded.createArray = bounded_array;
+	redisReaderFree(r);
+}
+
+void redis_reader_bound(redisReader *r)
+{
+	pthread_once(&bounded_once, bounded_init);
+	if (create_array)
+		r->fn = &bounded;
 }
 
 int redis_poll_ms(int64_t deadline)
@@ -264,6 +293,7 @@ int redis_conn_open(const char *host, int port, const char *password, int64_t de
 		rc = fail(c, -EIO, "connect: %s", c->ctx->errstr);
 		goto failed;
 	}
+	redis_reader_bound(c->ctx->reader);
 	if ((rc = wait_connected(c, deadline)) < 0)
 		goto failed;
 	redisEnableKeepAlive(c->ctx);

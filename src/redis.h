@@ -14,6 +14,16 @@ struct redis_conn;
 
 int64_t redis_now(void);
 
+/* Most elements an array reply may have: hiredis 0.14 allocates room for
+ * as many as a reply's header claims before they arrive. No reply artfs
+ * asks for comes near it (CLUSTER SLOTS: at most one range per slot). */
+#define REDIS_REPLY_ELEMENTS_MAX (1u << 16)
+
+/* Makes r refuse (as out of memory, a protocol error to its caller) an
+ * array longer than REDIS_REPLY_ELEMENTS_MAX; every connection's parser
+ * is so bounded. */
+void redis_reader_bound(redisReader *r);
+
 /* Milliseconds left before deadline for poll(): 0 when past, rounded up. */
 int redis_poll_ms(int64_t deadline);
 

@@ -45,6 +45,7 @@
 #include <time.h>
 
 #include "cluster.h"
+#include "cluster_reply.h"
 #include "log.h"
 #include "redis.h"
 #include "remote.h"
@@ -129,11 +130,6 @@ static void sleep_until(int64_t t)
 	struct timespec ts = abs_time(t);
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		;
-}
-
-static bool starts_with(const char *s, const char *prefix)
-{
-	return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
 /* Failure lines are limited per second over all threads: an outage seen by
@@ -261,118 +257,13 @@ static int conn_open(struct remote *r, const struct node *n, int64_t deadline,
 
 /* ---- the slot map -------------------------------------------------------------------- */
 
-struct shard {
-	unsigned start, end;
-	struct cluster_addr master;
-	const char *id;       /* the master's node id, NULL if not given */
-	size_t id_len;
-	int replicas;
-};
-
-static bool reply_is(const redisReply *r, int type)
-{
-	return r && r->type == type;
-}
-
-/* CLUSTER SLOTS: [[start, end, [host, port, id, ...], [replica...]...], ...]
- * An empty host is the node asked; "?" is a node whose address is unknown. */
-static int parse_slots(const redisReply *reply, const struct cluster_addr *asked,
-		       struct shard **out, size_t *count)
-{
-	if (!reply_is(reply, REDIS_REPLY_ARRAY))
-		return -EPROTO;
-	struct shard *s = calloc(reply->elements ? reply->elements : 1, sizeof(*s));
-	size_t n = 0;
-	if (!s)
-		return -ENOMEM;
-	for (size_t i = 0; i < reply->elements; i++) {
-		const redisReply *e = reply->element[i];
-		if (!reply_is(e, REDIS_REPLY_ARRAY) || e->elements < 3 ||
-		    !reply_is(e->element[0], REDIS_REPLY_INTEGER) ||
-		    !reply_is(e->element[1], REDIS_REPLY_INTEGER))
-			goto bad;
-		long long start = e->element[0]->integer, end = e->element[1]->integer;
-		const redisReply *m = e->element[2];
-		if (start < 0 || end < start || end >= CLUSTER_SLOTS ||
-		    !reply_is(m, REDIS_REPLY_ARRAY) || m->elements < 2 ||
-		    !reply_is(m->element[0], REDIS_REPLY_STRING) ||
-		    !reply_is(m->element[1], REDIS_REPLY_INTEGER))
-			goto bad;
-		const char *host = m->element[0]->str;
-		if (strcmp(host, "?") == 0)
-			continue;
-		struct shard *sh = &s[n];
-		if (strlen(host) > CLUSTER_HOST_MAX)
-			goto bad;
-		snprintf(sh->master.host, sizeof(sh->master.host), "%s", *host ? host : asked->host);
-		if (m->element[1]->integer < 1 || m->element[1]->integer > 65535)
-			goto bad;
-		sh->master.port = (int)m->element[1]->integer;
-		sh->start = (unsigned)start;
-		sh->end = (unsigned)end;
-		if (m->elements >= 3 && reply_is(m->element[2], REDIS_REPLY_STRING)) {
-			sh->id = m->element[2]->str;
-			sh->id_len = m->element[2]->len;
-		}
-		sh->replicas = (int)(e->elements - 3);
-		n++;
-	}
-	*out = s;
-	*count = n;
-	return 0;
-bad:
-	free(s);
-	return -EPROTO;
-}
-
-/* CLUSTER SLOTS leaves out a replica whose replication offset is still 0 (a
- * new cluster before its first write), so the replicas that WAIT can count
- * on are counted from CLUSTER NODES: "<id> <addr> <flags> <master id> ...",
- * flags with "slave" and none of fail, fail?, handshake, noaddr. */
-static void count_replicas(const redisReply *nodes, struct shard *s, size_t n)
-{
-	if (!reply_is(nodes, REDIS_REPLY_STRING) && !reply_is(nodes, REDIS_REPLY_STATUS))
-		return;
-	for (size_t i = 0; i < n; i++)
-		if (s[i].id)
-			s[i].replicas = 0;
-	const char *line = nodes->str, *end = nodes->str + nodes->len;
-	while (line < end) {
-		const char *eol = memchr(line, '\n', (size_t)(end - line));
-		if (!eol)
-			eol = end;
-		const char *field[4];
-		size_t len[4], k = 0;
-		const char *p = line;
-		while (k < 4 && p < eol) {
-			const char *sp = memchr(p, ' ', (size_t)(eol - p));
-			const char *fe = sp ? sp : eol;
-			field[k] = p;
-			len[k++] = (size_t)(fe - p);
-			p = fe + 1;
-		}
-		if (k == 4) {
-			char flags[128];
-			snprintf(flags, sizeof(flags), ",%.*s,", (int)len[2], field[2]);
-			bool healthy = strstr(flags, ",slave,") && !strstr(flags, ",fail,") &&
-				       !strstr(flags, ",fail?,") && !strstr(flags, ",handshake,") &&
-				       !strstr(flags, ",noaddr,");
-			for (size_t i = 0; healthy && i < n; i++)
-				if (s[i].id && s[i].id_len == len[3] &&
-				    memcmp(s[i].id, field[3], len[3]) == 0)
-					s[i].replicas++;
-		}
-		line = eol + 1;
-	}
-}
-
 /* Asks one node for the map and installs it. */
 static int refresh_from(struct remote *r, const struct cluster_addr *addr, const char *name,
 			int64_t deadline, char *err, size_t errlen)
 {
 	struct redis_conn *c;
 	redisReply *slots = NULL, *nodes = NULL;
-	struct shard *s = NULL;
+	struct cluster_shard *s = NULL;
 	size_t n = 0;
 
 	counter_inc(&r->metrics.connects);
@@ -391,7 +282,7 @@ static int refresh_from(struct remote *r, const struct cluster_addr *addr, const
 		rc = -EPROTO;
 		goto out;
 	}
-	if ((rc = parse_slots(slots, addr, &s, &n)) < 0) {
+	if ((rc = cluster_slots_parse(slots, addr, &s, &n)) < 0) {
 		snprintf(err, errlen, "CLUSTER SLOTS: %s",
 			 rc == -ENOMEM ? "out of memory" : "malformed reply");
 		goto out;
@@ -403,7 +294,7 @@ static int refresh_from(struct remote *r, const struct cluster_addr *addr, const
 	}
 	/* Without the node list the replica counts of CLUSTER SLOTS stand. */
 	if (redis_conn_call(c, deadline, 2, nodes_argv, nodes_lens, &nodes) == 0)
-		count_replicas(nodes, s, n);
+		cluster_nodes_count_replicas(nodes, s, n);
 
 	uint16_t map[CLUSTER_SLOTS];
 	for (size_t i = 0; i < CLUSTER_SLOTS; i++)
@@ -536,16 +427,13 @@ static void finish(struct op *op, int result)
 }
 
 
-static void on_redirect(struct remote *r, struct op *op, const redisReply *reply, bool moved,
+static void on_redirect(struct remote *r, struct op *op, const char *e, bool moved,
 			struct outcome *o)
 {
 	unsigned slot;
-	int pos = 0;
 	struct cluster_addr a;
-	const char *e = reply->str;
 
-	if (sscanf(e, "%*s %u %n", &slot, &pos) != 1 || pos == 0 || slot >= CLUSTER_SLOTS ||
-	    cluster_addr_parse(e + pos, strlen(e + pos), &a) < 0) {
+	if (cluster_redirect_parse(e, &slot, &a) < 0) {
 		snprintf(op->why, sizeof(op->why), "malformed redirection: %.100s", e);
 		finish(op, -EIO);
 		return;
@@ -578,24 +466,31 @@ static void on_redirect(struct remote *r, struct op *op, const redisReply *reply
 static void on_error(struct remote *r, struct op *op, const redisReply *reply, struct outcome *o)
 {
 	const char *e = reply->str;
+	enum cluster_error kind = cluster_error_kind(e);
 
-	if (starts_with(e, "MOVED ") || starts_with(e, "ASK ")) {
-		on_redirect(r, op, reply, e[0] == 'M', o);
+	if (kind == CLUSTER_ERROR_MOVED || kind == CLUSTER_ERROR_ASK) {
+		on_redirect(r, op, e, kind == CLUSTER_ERROR_MOVED, o);
 		return;
 	}
 	snprintf(op->why, sizeof(op->why), "%.150s", e);
-	if (starts_with(e, "OOM ")) {
+	switch (kind) {
+	case CLUSTER_ERROR_OOM:
 		finish(op, -ENOSPC);
-	} else if (starts_with(e, "TRYAGAIN") || starts_with(e, "LOADING") ||
-		   starts_with(e, "BUSY")) {
+		break;
+	case CLUSTER_ERROR_RETRY:
 		o->backoff = true;
-	} else if (starts_with(e, "CLUSTERDOWN") || starts_with(e, "MASTERDOWN") ||
-		   starts_with(e, "READONLY")) {
-		/* A failover in progress: ask again where the slot lives. */
+		break;
+	case CLUSTER_ERROR_FAILOVER: /* ask again where the slot lives */
 		o->backoff = o->refresh = true;
-	} else {
-		finish(op, -EIO);   /* NOAUTH, WRONGPASS, WRONGTYPE, ...: retrying won't help */
+		break;
+	default:
+		finish(op, -EIO); /* NOAUTH, WRONGPASS, WRONGTYPE, ...: retrying won't help */
 	}
+}
+
+static bool reply_is(const redisReply *r, int type)
+{
+	return r && r->type == type;
 }
 
 static void on_wait(struct remote *r, struct op *ops, struct lane *l, const redisReply *reply,

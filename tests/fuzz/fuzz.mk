@@ -15,17 +15,21 @@ OUT = $(BUILDDIR)/tests/fuzz
 OBJ = $(OUT)/obj
 FUZZ = $(SRCDIR)/tests/fuzz
 
-TARGETS = envelope npy safetensors checkpoint materialize control config attach namespace put
+TARGETS = envelope npy safetensors checkpoint materialize control config attach namespace put \
+	cluster
 
 SAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined
-DEPS_CFLAGS := $(shell $(PKG_CONFIG) --cflags libcrypto jansson)
+DEPS_CFLAGS := $(shell $(PKG_CONFIG) --cflags libcrypto jansson hiredis)
 DEPS_LIBS := $(shell $(PKG_CONFIG) --libs libcrypto jansson) -lpthread
 CPPFLAGS_FUZZ = -D_GNU_SOURCE -I$(OBJ)/shim -I$(SRCDIR)/include -I$(SRCDIR)/src -I$(SRCDIR) \
 	-I$(BUILDDIR) -I$(FUZZ) $(DEPS_CFLAGS)
 CFLAGS_FUZZ = -std=gnu11 -g -O1 -fno-omit-frame-pointer $(SAN) -fsanitize=fuzzer-no-link \
 	-Wall -Wextra -Wshadow -Wno-unused-parameter -MMD -MP
 
-SKIP = artfs.c artfsctl.c client.c log.c remote.c redis.c
+# remote.c is the cluster client's I/O; its replies are read by cluster_reply.c
+# and redis.c (parsed by hiredis), which the cluster target links.
+SKIP = artfs.c artfsctl.c client.c log.c remote.c
+HIREDIS_LIBS := $(shell $(PKG_CONFIG) --libs hiredis)
 CORE = $(filter-out $(SKIP),$(notdir $(wildcard $(SRCDIR)/src/*.c)))
 CORE_OBJ = $(CORE:%.c=$(OBJ)/core/%.o) $(OBJ)/gpu_none.o $(OBJ)/fuzz_util.o $(OBJ)/log_quiet.o
 
@@ -54,7 +58,7 @@ $(OBJ)/libcore.a: $(CORE_OBJ)
 	$(AR) rcs $@ $^
 
 $(TARGETS:%=$(OUT)/%): $(OUT)/%: $(OBJ)/fuzz_%.o $(OBJ)/libcore.a
-	$(CLANG) $(SAN) -fsanitize=fuzzer -o $@ $^ $(DEPS_LIBS)
+	$(CLANG) $(SAN) -fsanitize=fuzzer -o $@ $^ $(DEPS_LIBS) $(if $(filter cluster,$*),$(HIREDIS_LIBS))
 
 clean:
 	rm -rf $(OBJ) $(TARGETS:%=$(OUT)/%)

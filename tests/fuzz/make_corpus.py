@@ -240,6 +240,41 @@ def put_seeds():
           + batch(0, [0, 1, 2, 3, 1, 4, 9, 5], [7] * 20) + batch(1, [1, 9, 0], [6] * 40))
 
 
+def resp(v):
+    """v in the Redis protocol: int, bytes (bulk), str (simple string;
+    "-..." an error), None (nil), list (array)."""
+    if v is None:
+        return b"$-1\r\n"
+    if isinstance(v, int):
+        return b":%d\r\n" % v
+    if isinstance(v, bytes):
+        return b"$%d\r\n%s\r\n" % (len(v), v)
+    if isinstance(v, str):
+        return (v if v.startswith("-") else "+" + v).encode() + b"\r\n"
+    return b"*%d\r\n" % len(v) + b"".join(resp(e) for e in v)
+
+
+def cluster_seeds():
+    """Replies of a cluster, after a u16 that says how they are cut."""
+    ids = [b"%040x" % i for i in range(3)]
+    slots = resp([[0, 5460, [b"127.0.0.1", 7000, ids[0]], [b"127.0.0.1", 7003, b"r0"]],
+                  [5461, 10922, [b"", 7001, ids[1]]],
+                  [10923, 16383, [b"?", 7002, ids[2]]]])
+    nodes = resp(b"".join([
+        ids[0] + b" 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n",
+        b"r0 127.0.0.1:7003@17003 slave " + ids[0] + b" 0 0 1 connected\n",
+        b"r1 127.0.0.1:7004@17004 slave,fail " + ids[1] + b" 0 0 1 connected\n",
+        b"r2 [::1]:7005@17005 slave " + ids[1] + b" 0 0 1 connected"]))
+    write("cluster", "slots-then-nodes", u16(4095) + slots + nodes)
+    write("cluster", "slots-in-bytes", u16(0) + slots)
+    write("cluster", "redirections", u16(7) + resp("-MOVED 3999 127.0.0.1:6381")
+          + resp("-ASK 12 [::1]:7000") + resp("-MOVED 16384 h:1") + resp("-ASK x y"))
+    write("cluster", "errors", u16(100) + b"".join(resp(e) for e in (
+        "-OOM command not allowed", "-TRYAGAIN", "-LOADING", "-BUSY", "-CLUSTERDOWN",
+        "-MASTERDOWN", "-READONLY", "-NOAUTH", "OK", None, 1, b"value")))
+    write("cluster", "wide-array", u16(64) + b"*70000\r\n" + resp(1) * 3)
+
+
 def main():
     if os.path.isdir(CORPUS):
         shutil.rmtree(CORPUS)
@@ -253,6 +288,7 @@ def main():
     attach_seeds()
     namespace_seeds()
     put_seeds()
+    cluster_seeds()
 
 
 if __name__ == "__main__":
