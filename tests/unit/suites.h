@@ -17,6 +17,7 @@ Suite *checkpoint_suite(void);
 Suite *parallel_suite(void);
 Suite *source_suite(void);
 Suite *tmp_pool_suite(void);
+Suite *held_suite(void);
 
 /* Reads VECTORS_DIR/<name> into a malloc'd buffer. */
 uint8_t *read_vector(const char *name, size_t *len);
