@@ -749,7 +749,15 @@ static int materialize_copy(int fd, const char *wv)
 	return rc;
 }
 
-static int cmd_materialize(struct ctl *ctl, int argc, char **argv)
+struct materialize_args {
+	uint64_t token_end, block_size;   /* 0: not given */
+	const char *wv;
+	bool helped;                      /* --help: the usage is printed, nothing else */
+};
+
+/* The options and the weight version of the command line. Returns 0, or
+ * the exit status after saying what was wrong. */
+static int materialize_read_args(struct ctl *ctl, int argc, char **argv, struct materialize_args *a)
 {
 	enum { OPT_TOKEN_END = 256, OPT_BLOCK_SIZE };
 	static const struct option longopts[] = {
@@ -759,7 +767,6 @@ static int cmd_materialize(struct ctl *ctl, int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	uint64_t token_end = 0, block_size = 0;
 	char o[64];
 	int opt;
 
@@ -768,13 +775,13 @@ static int cmd_materialize(struct ctl *ctl, int argc, char **argv)
 		switch (opt) {
 		case OPT_TOKEN_END:
 		case OPT_BLOCK_SIZE:
-			if (!parse_positive(optarg, opt == OPT_TOKEN_END ? &token_end : &block_size))
+			if (!parse_positive(optarg, opt == OPT_TOKEN_END ? &a->token_end : &a->block_size))
 				return bad_usage("materialize: %s needs a positive integer, not \"%s\"",
 						 opt == OPT_TOKEN_END ? "--token-end" : "--block-size",
 						 optarg);
 			break;
 		case 'm': ctl->mnt = optarg; break;
-		case 'h': usage(stdout); return 0;
+		case 'h': usage(stdout); a->helped = true; return 0;
 		case ':':
 			return bad_usage("materialize: %s needs a value", bad_option(argv, o, sizeof(o)));
 		default:
@@ -785,58 +792,63 @@ static int cmd_materialize(struct ctl *ctl, int argc, char **argv)
 		return bad_usage("materialize: which weight version?");
 	if (optind + 1 < argc)
 		return bad_usage("materialize: unexpected argument \"%s\"", argv[optind + 1]);
-	const char *wv = argv[optind];
-	if (!key_version_name_valid(wv)) {
+	a->wv = argv[optind];
+	if (!key_version_name_valid(a->wv)) {
 		char safe[160];
 		return bad_usage("materialize: \"%s\" is not a weight version name",
-				 printable(wv, safe, sizeof(safe), 140));
+				 printable(a->wv, safe, sizeof(safe), 140));
 	}
-	if (isatty(STDOUT_FILENO))
-		return fail("materialize %s: stdout is a terminal; redirect the .npy to a file or "
-			    "a pipe", wv);
-	int rc = mount_check(ctl);
-	if (rc)
-		return rc;
+	return 0;
+}
 
-	struct buffer req = { 0 };
+/* The request's text: its token_end and block_size lines, then the block
+ * hashes of stdin. Returns 0, or the exit status after saying why not. */
+static int materialize_request(const struct materialize_args *a, struct buffer *req)
+{
 	char head[64];
 	int n = 0;
-	if (token_end)
-		n += snprintf(head + n, sizeof(head) - (size_t)n, "token_end %" PRIu64 "\n", token_end);
-	if (block_size)
-		n += snprintf(head + n, sizeof(head) - (size_t)n, "block_size %" PRIu64 "\n",
-			      block_size);
-	if (!buffer_add(&req, head, (size_t)n)) {
-		free(req.data);
-		return fail("materialize %s: %s", wv, strerror(ENOMEM));
-	}
-	if ((rc = read_hashes(&req)) != 0) {
-		free(req.data);
-		return rc;
-	}
 
+	if (a->token_end)
+		n += snprintf(head + n, sizeof(head) - (size_t)n, "token_end %" PRIu64 "\n",
+			      a->token_end);
+	if (a->block_size)
+		n += snprintf(head + n, sizeof(head) - (size_t)n, "block_size %" PRIu64 "\n",
+			      a->block_size);
+	if (!buffer_add(req, head, (size_t)n))
+		return fail("materialize %s: %s", a->wv, strerror(ENOMEM));
+	return read_hashes(req);
+}
+
+/* Why <wv>/.materialize did not open: a version the mount lacks, or the
+ * error at path. Returns the exit status. */
+static int materialize_open_failed(const struct ctl *ctl, const char *wv, const char *path,
+				   int err)
+{
+	struct stat st;
+
+	if (err == ENOENT && stat(ctl->mnt, &st) == 0)
+		return fail("materialize %s: no weight version \"%s\" in %s (%s)", wv, wv, ctl->mnt,
+			    strerror(err));
+	return fail("materialize %s: opening %s: %s", wv, path, strerror(err));
+}
+
+/* The request written to <wv>/.materialize, its result read back onto
+ * stdout. Returns 0 or the exit status. */
+static int materialize_run(const struct ctl *ctl, const char *wv, const struct buffer *req)
+{
 	char rel[ARTFS_VERSION_NAME_MAX + 16];
 	snprintf(rel, sizeof(rel), "%s/.materialize", wv);
 	char *path = path_in(ctl->mnt, rel);
-	if (!path) {
-		free(req.data);
+	if (!path)
 		return fail("materialize %s: %s", wv, strerror(ENOMEM));
-	}
+	int rc;
 	int fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
-		int err = errno;
-		struct stat st;
-		if (err == ENOENT && stat(ctl->mnt, &st) == 0)
-			rc = fail("materialize %s: no weight version \"%s\" in %s (%s)", wv, wv,
-				  ctl->mnt, strerror(err));
-		else
-			rc = fail("materialize %s: opening %s: %s", wv, path, strerror(err));
+		rc = materialize_open_failed(ctl, wv, path, errno);
 		free(path);
-		free(req.data);
 		return rc;
 	}
-	int w = write_all(fd, req.data, req.len);
-	free(req.data);
+	int w = write_all(fd, req->data, req->len);
 	if (w < 0)
 		rc = fail("materialize %s: writing the request to %s: %s%s", wv, path, strerror(-w),
 			  w == -EFBIG ? " (more than the daemon accepts in one request)" : "");
@@ -844,6 +856,26 @@ static int cmd_materialize(struct ctl *ctl, int argc, char **argv)
 		rc = materialize_copy(fd, wv);
 	close(fd);
 	free(path);
+	return rc;
+}
+
+static int cmd_materialize(struct ctl *ctl, int argc, char **argv)
+{
+	struct materialize_args a = { 0 };
+	int rc = materialize_read_args(ctl, argc, argv, &a);
+
+	if (rc || a.helped)
+		return rc;
+	if (isatty(STDOUT_FILENO))
+		return fail("materialize %s: stdout is a terminal; redirect the .npy to a file or "
+			    "a pipe", a.wv);
+	if ((rc = mount_check(ctl)))
+		return rc;
+	struct buffer req = { 0 };
+	rc = materialize_request(&a, &req);
+	if (rc == 0)
+		rc = materialize_run(ctl, a.wv, &req);
+	free(req.data);
 	return rc;
 }
 

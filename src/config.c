@@ -12,40 +12,6 @@
 #include "config.h"
 #include "key.h"
 
-void config_init(struct artfs_config *c)
-{
-	memset(c, 0, sizeof(*c));
-	c->store = strdup(CONFIG_DEFAULT_STORE);
-	c->capacity = 8ULL << 30;
-	c->max_object = 64ULL << 20;
-	c->materialize_max = c->capacity / 4;
-
-	c->ttl = 3600;
-	c->allow_quant = strdup("");
-	c->remote_prefix = strdup("artfs");
-	c->remote_timeout = 2;
-	c->uid = getuid();
-	c->gid = getgid();
-	c->umask = 022;
-}
-
-void config_free(struct artfs_config *c)
-{
-	free(c->store);
-	free(c->allow_quant);
-	free(c->config_file);
-	free(c->remote);
-	free(c->remote_prefix);
-	free(c->remote_auth);
-	free(c->mountpoint);
-	for (unsigned i = 0; i < c->nweights; i++) {
-		free(c->weights[i].version);
-		free(c->weights[i].dir);
-	}
-	free(c->weights);
-	memset(c, 0, sizeof(*c));
-}
-
 int config_parse_size(const char *text, uint64_t *out)
 {
 	uint64_t whole = 0, frac = 0, frac_scale = 1, mult = 1;
@@ -136,39 +102,72 @@ static int add_weights(struct artfs_config *c, const char *version, const char *
 	return 0;
 }
 
-/* Every option artfs takes: parsing, .artfs/config, the usage text and
- * artfsctl's view all come from this table. */
+/* Defaults that follow other options, or the daemon. */
+static uint64_t daemon_uid(const struct artfs_config *c)
+{
+	(void)c;
+	return getuid();
+}
+
+static uint64_t daemon_gid(const struct artfs_config *c)
+{
+	(void)c;
+	return getgid();
+}
+
+static uint64_t quarter_capacity(const struct artfs_config *c)
+{
+	return c->capacity / 4 > MATERIALIZE_MAX_FLOOR ? c->capacity / 4 : MATERIALIZE_MAX_FLOOR;
+}
+
+static uint64_t same_as_ttl(const struct artfs_config *c)
+{
+	return c->ttl;
+}
+
+/* Every option artfs takes: its defaults, parsing, .artfs/config, the
+ * usage text and artfsctl's view all come from this table. */
 #define FIELD(f) offsetof(struct artfs_config, f)
 const struct config_option config_options[] = {
-	{ "store", CONFIG_PATH, FIELD(store), "DIR",
-	  "store directory, created 0700 (default " CONFIG_DEFAULT_STORE ")" },
-	{ "capacity", CONFIG_SIZE, FIELD(capacity), "SIZE",
-	  "bytes of committed objects (default 8G)" },
-	{ "max_object", CONFIG_SIZE, FIELD(max_object), "SIZE",
-	  "bytes of one published object (default 64M)" },
-	{ "materialize_max", CONFIG_SIZE, FIELD(materialize_max), "SIZE",
-	  "bytes open .materialize and .get files may hold at once\n"
+	{ .name = "store", .kind = CONFIG_PATH, .offset = FIELD(store),
+	  .initial = CONFIG_DEFAULT_STORE, .flags = CONFIG_REQUIRED,
+	  .arg = "DIR", .help = "store directory, created 0700" },
+	{ .name = "capacity", .kind = CONFIG_SIZE, .offset = FIELD(capacity), .initial = "8G",
+	  .arg = "SIZE", .help = "bytes of committed objects" },
+	{ .name = "max_object", .kind = CONFIG_SIZE, .offset = FIELD(max_object), .initial = "64M",
+	  .arg = "SIZE", .help = "bytes of one published object" },
+	{ .name = "materialize_max", .kind = CONFIG_SIZE, .offset = FIELD(materialize_max),
+	  .derived = quarter_capacity,
+	  .arg = "SIZE", .help = "bytes open .materialize and .get files may hold at once\n"
 	  "                           (default capacity/4, at least 64M)" },
-	{ "ttl", CONFIG_SECONDS, FIELD(ttl), "SECONDS",
-	  "idle time before a version is collected, 0 = never (default 3600)" },
-	{ "allow_quant", CONFIG_TEXT, FIELD(allow_quant), "LIST",
-	  "quantization methods served zero-copy besides unquantized and fp8" },
-	{ "config", CONFIG_TEXT, FIELD(config_file), "FILE",
-	  "`key = value` lines with any option, and weights.<wv> = <dir>" },
-	{ "remote", CONFIG_TEXT, FIELD(remote), "HOST:PORT,...",
-	  "Redis Cluster seed nodes: R3 objects readable on every node (default: none)" },
-	{ "remote_prefix", CONFIG_TEXT, FIELD(remote_prefix), "NAME",
-	  "key namespace of this deployment in the cluster (default artfs)" },
-	{ "remote_ttl", CONFIG_SECONDS, FIELD(remote_ttl), "SECONDS",
-	  "expiry of values written to the cluster, 0 = never (default: ttl=)" },
-	{ "remote_timeout", CONFIG_SECONDS, FIELD(remote_timeout), "SECONDS",
-	  "bound of one cluster call; unreachable within it is EIO (default 2)" },
-	{ "remote_auth", CONFIG_PATH, FIELD(remote_auth), "FILE",
-	  "file whose first line is the cluster's AUTH password" },
-	{ "uid", CONFIG_ID, FIELD(uid), "N", "owner shown for every entry (default: the daemon's)" },
-	{ "gid", CONFIG_ID, FIELD(gid), "N", "group shown for every entry (default: the daemon's)" },
-	{ "umask", CONFIG_OCTAL, FIELD(umask), "OCTAL",
-	  "mode bits removed from every entry (default 022)" },
+	{ .name = "ttl", .kind = CONFIG_SECONDS, .offset = FIELD(ttl), .initial = "3600",
+	  .arg = "SECONDS", .help = "idle time before a version is collected, 0 = never" },
+	{ .name = "allow_quant", .kind = CONFIG_TEXT, .offset = FIELD(allow_quant), .initial = "",
+	  .arg = "LIST", .help = "quantization methods served zero-copy besides unquantized and fp8" },
+	{ .name = "config", .kind = CONFIG_TEXT, .offset = FIELD(config_file),
+	  .flags = CONFIG_COMMAND_LINE,
+	  .arg = "FILE", .help = "`key = value` lines with any option, and weights.<wv> = <dir>" },
+	{ .name = "remote", .kind = CONFIG_TEXT, .offset = FIELD(remote),
+	  .arg = "HOST:PORT,...",
+	  .help = "Redis Cluster seed nodes: R3 objects readable on every node (default: none)" },
+	{ .name = "remote_prefix", .kind = CONFIG_TEXT, .offset = FIELD(remote_prefix),
+	  .initial = "artfs",
+	  .arg = "NAME", .help = "key namespace of this deployment in the cluster" },
+	{ .name = "remote_ttl", .kind = CONFIG_SECONDS, .offset = FIELD(remote_ttl),
+	  .derived = same_as_ttl,
+	  .arg = "SECONDS",
+	  .help = "expiry of values written to the cluster, 0 = never (default: ttl=)" },
+	{ .name = "remote_timeout", .kind = CONFIG_SECONDS, .offset = FIELD(remote_timeout),
+	  .initial = "2",
+	  .arg = "SECONDS", .help = "bound of one cluster call; unreachable within it is EIO" },
+	{ .name = "remote_auth", .kind = CONFIG_PATH, .offset = FIELD(remote_auth),
+	  .arg = "FILE", .help = "file whose first line is the cluster's AUTH password" },
+	{ .name = "uid", .kind = CONFIG_ID, .offset = FIELD(uid), .derived = daemon_uid,
+	  .arg = "N", .help = "owner shown for every entry (default: the daemon's)" },
+	{ .name = "gid", .kind = CONFIG_ID, .offset = FIELD(gid), .derived = daemon_gid,
+	  .arg = "N", .help = "group shown for every entry (default: the daemon's)" },
+	{ .name = "umask", .kind = CONFIG_OCTAL, .offset = FIELD(umask), .initial = "022",
+	  .arg = "OCTAL", .help = "mode bits removed from every entry" },
 };
 #undef FIELD
 const size_t config_option_count = sizeof(config_options) / sizeof(config_options[0]);
@@ -184,15 +183,31 @@ const struct config_option *config_option_find(const char *name, unsigned *bit)
 	return NULL;
 }
 
-static int set_value(struct artfs_config *c, const struct config_option *o, const char *value,
-		     char *err, size_t errlen)
+static bool holds_text(const struct config_option *o)
 {
-	void *field = (char *)c + o->offset;
-	uint64_t n;
+	return o->kind == CONFIG_PATH || o->kind == CONFIG_TEXT;
+}
 
+/* A number into the option's field, at the field's width. */
+static void store_number(const struct config_option *o, void *field, uint64_t n)
+{
 	switch (o->kind) {
-	case CONFIG_PATH:
-		if (!value[0] && o->offset != offsetof(struct artfs_config, store)) {
+	case CONFIG_ID:
+		*(uint32_t *)field = (uint32_t)n;
+		break;
+	case CONFIG_OCTAL:
+		*(mode_t *)field = (mode_t)n;
+		break;
+	default:
+		*(uint64_t *)field = n;
+	}
+}
+
+static int set_text(const struct config_option *o, void *field, const char *value, char *err,
+		    size_t errlen)
+{
+	if (o->kind == CONFIG_PATH) {
+		if (!value[0] && !(o->flags & CONFIG_REQUIRED)) {
 			free(*(char **)field); /* empty: not set (as .artfs/config shows it) */
 			*(char **)field = NULL;
 			return 0;
@@ -201,43 +216,78 @@ static int set_value(struct artfs_config *c, const struct config_option *o, cons
 			snprintf(err, errlen, "%s=%s: must be an absolute path", o->name, value);
 			return -EINVAL;
 		}
-		/* fall through */
+	}
+	if (set_string(field, value) < 0) {
+		snprintf(err, errlen, "%s: out of memory", o->name);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int set_value(struct artfs_config *c, const struct config_option *o, const char *value,
+		     char *err, size_t errlen)
+{
+	void *field = (char *)c + o->offset;
+	uint64_t n;
+
+	switch (o->kind) {
+	case CONFIG_PATH:
 	case CONFIG_TEXT:
-		if (set_string(field, value) < 0) {
-			snprintf(err, errlen, "%s: out of memory", o->name);
-			return -ENOMEM;
-		}
-		return 0;
+		return set_text(o, field, value, err, errlen);
 	case CONFIG_SIZE:
 		if (config_parse_size(value, &n) < 0 || n == 0) {
 			snprintf(err, errlen, "%s=%s: not a size (e.g. 8G, 64M, 4096)", o->name, value);
 			return -EINVAL;
 		}
-		*(uint64_t *)field = n;
-		return 0;
+		break;
 	case CONFIG_SECONDS:
 		if (parse_uint(value, 10, UINT32_MAX, &n) < 0) {
 			snprintf(err, errlen, "%s=%s: not a number of seconds", o->name, value);
 			return -EINVAL;
 		}
-		*(uint64_t *)field = n;
-		return 0;
+		break;
 	case CONFIG_ID:
 		if (parse_uint(value, 10, UINT32_MAX - 1, &n) < 0) {
 			snprintf(err, errlen, "%s=%s: not a numeric id", o->name, value);
 			return -EINVAL;
 		}
-		*(uint32_t *)field = (uint32_t)n;
-		return 0;
+		break;
 	case CONFIG_OCTAL:
 		if (parse_uint(value, 8, 0777, &n) < 0) {
 			snprintf(err, errlen, "%s=%s: not an octal mode", o->name, value);
 			return -EINVAL;
 		}
-		*(mode_t *)field = (mode_t)n;
-		return 0;
+		break;
+	default:
+		return -EINVAL;
 	}
-	return -EINVAL;
+	store_number(o, field, n);
+	return 0;
+}
+
+void config_init(struct artfs_config *c)
+{
+	char err[128];
+
+	memset(c, 0, sizeof(*c));
+	for (size_t i = 0; i < config_option_count; i++)
+		if (config_options[i].initial)
+			set_value(c, &config_options[i], config_options[i].initial, err, sizeof(err));
+	config_finish(c);
+}
+
+void config_free(struct artfs_config *c)
+{
+	for (size_t i = 0; i < config_option_count; i++)
+		if (holds_text(&config_options[i]))
+			free(*(char **)((char *)c + config_options[i].offset));
+	free(c->mountpoint);
+	for (unsigned i = 0; i < c->nweights; i++) {
+		free(c->weights[i].version);
+		free(c->weights[i].dir);
+	}
+	free(c->weights);
+	memset(c, 0, sizeof(*c));
 }
 
 int config_set(struct artfs_config *c, const char *key, const char *value, bool from_file,
@@ -248,7 +298,7 @@ int config_set(struct artfs_config *c, const char *key, const char *value, bool 
 	if (strncmp(key, "weights.", 8) == 0 && from_file)
 		return add_weights(c, key + 8, value, err, errlen);
 	const struct config_option *o = config_option_find(key, &bit);
-	if (!o || (from_file && o->offset == offsetof(struct artfs_config, config_file))) {
+	if (!o || (from_file && (o->flags & CONFIG_COMMAND_LINE))) {
 		snprintf(err, errlen, "unknown option \"%s\"", key);
 		return -ENOENT;
 	}
@@ -264,23 +314,23 @@ int config_set(struct artfs_config *c, const char *key, const char *value, bool 
 
 void config_finish(struct artfs_config *c)
 {
-	unsigned bit = 0;
-
-	config_option_find("remote_ttl", &bit);
-	if (!(c->given & bit))
-		c->remote_ttl = c->ttl;
-	config_option_find("materialize_max", &bit);
-	if (!(c->given & bit))
-		c->materialize_max = c->capacity / 4 > MATERIALIZE_MAX_FLOOR ? c->capacity / 4
-										 : MATERIALIZE_MAX_FLOOR;
+	for (size_t i = 0; i < config_option_count; i++) {
+		const struct config_option *o = &config_options[i];
+		if (o->derived && !(c->given & (1u << i)))
+			store_number(o, (char *)c + o->offset, o->derived(c));
+	}
 }
 
 void config_usage(FILE *f)
 {
 	for (size_t i = 0; i < config_option_count; i++) {
+		const struct config_option *o = &config_options[i];
 		char left[40];
-		snprintf(left, sizeof(left), "%s=%s", config_options[i].name, config_options[i].arg);
-		fprintf(f, "    %-22s %s\n", left, config_options[i].help);
+		snprintf(left, sizeof(left), "%s=%s", o->name, o->arg);
+		fprintf(f, "    %-22s %s", left, o->help);
+		if (o->initial && o->initial[0])
+			fprintf(f, " (default %s)", o->initial);
+		fputc('\n', f);
 	}
 }
 

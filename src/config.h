@@ -45,12 +45,24 @@ struct artfs_config {
 
 enum config_kind { CONFIG_PATH, CONFIG_TEXT, CONFIG_SIZE, CONFIG_SECONDS, CONFIG_ID, CONFIG_OCTAL };
 
+enum config_flag {
+	CONFIG_REQUIRED = 1 << 0,     /* never unset: an empty value is refused */
+	CONFIG_COMMAND_LINE = 1 << 1, /* not in the config file */
+};
+
 /* One option: its name (the -o key, the config file key, the .artfs/config
- * key), how its value reads, where it lives, and its usage line. */
+ * key), how its value reads, where it lives, its default, and its usage
+ * line. Everything that knows the options reads this table. */
 struct config_option {
 	const char *name;
 	enum config_kind kind;
 	size_t offset;        /* in struct artfs_config */
+	const char *initial;  /* the default, as the option reads it; the usage
+			       * line ends with it. NULL: none, or derived: */
+	/* a default that follows other options or the daemon (help says so):
+	 * set by config_init, and again by config_finish unless given */
+	uint64_t (*derived)(const struct artfs_config *c);
+	unsigned flags;       /* enum config_flag */
 	const char *arg;      /* "SIZE", "DIR", ... */
 	const char *help;
 };
@@ -61,8 +73,7 @@ extern const size_t config_option_count;
 /* The option of that name, and its bit in set/given; NULL if none. */
 const struct config_option *config_option_find(const char *name, unsigned *bit);
 
-/* Defaults: store /dev/shm/artfs, capacity 8G, max_object 64M, ttl 3600,
- * uid/gid of the calling process, umask 022. */
+/* Every option at its default (config_options[]: initial, derived). */
 void config_init(struct artfs_config *c);
 void config_free(struct artfs_config *c);
 
@@ -82,8 +93,9 @@ char *config_trim(char *s);
  * negative errno with a message naming the file and line in err. */
 int config_load_file(struct artfs_config *c, const char *path, char *err, size_t errlen);
 
-/* Derives what was not given from what was (materialize_max= from
- * capacity=); call once every source has been read. */
+/* Derives the defaults that follow other options (materialize_max= from
+ * capacity=, remote_ttl= from ttl=) where not given; call once every
+ * source has been read. */
 void config_finish(struct artfs_config *c);
 
 /* One usage line per option. */

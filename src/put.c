@@ -657,6 +657,90 @@ static int overflow(struct tree *t, struct put *p)
 	return -EFBIG;
 }
 
+/* <wv>/.put: the bytes of the record's `<hash>\n` line, up to and with
+ * its newline; the hash is decoded once the line is whole. */
+static size_t read_hash_line(struct put *p, const uint8_t *buf, size_t len)
+{
+	const uint8_t *nl = memchr(buf, '\n', len);
+	size_t take = nl ? (size_t)(nl - buf) : len;
+
+	if (p->line_len + take > ARTFS_HASH_HEX_MAX) {
+		p->bad_line = true; /* too long: not a hash; keep counting */
+		p->line_len = 0;
+	} else {
+		memcpy(p->line + p->line_len, buf, take);
+		p->line_len += take;
+	}
+	if (!nl)
+		return take;
+	p->line[p->line_len] = '\0';
+	if (p->bad_line || key_hash_decode(p->line, p->cur.hash, &p->cur.hash_len) < 0) {
+		log_warn("put %s: record %u: \"%.140s\" is not a block hash", where(p), p->seen,
+			 p->line);
+		p->bad_line = true;
+	}
+	p->state = PUT_HEAD;
+	return take + 1;
+}
+
+/* The bytes of the header still missing (head_need), as many as len has. */
+static size_t read_header(struct put *p, const uint8_t *buf, size_t len)
+{
+	if (!p->head_len)
+		p->head_at = buf;
+	size_t take = p->head_need - p->head_len < len ? p->head_need - p->head_len : len;
+	memcpy(p->head + p->head_len, buf, take);
+	p->head_len += take;
+	return take;
+}
+
+/* What head_need asked for is in: the length prefix, which says how much
+ * header follows, or the whole header, which begins the record (left: the
+ * bytes of the write after it). */
+static int header_complete(struct tree *t, struct put *p, size_t left)
+{
+	if (p->head_need == ENVELOPE_PREFIX_LEN) {
+		uint32_t hlen;
+		if (envelope_header_len(p->head, &hlen)) {
+			log_warn("put %s: record %u: header length %u outside 1..%u; "
+				 "the rest of the batch is refused", where(p),
+				 p->seen, hlen,
+				 ARTFS_ENVELOPE_HEADER_MAX);
+			p->state = PUT_DEAD;
+			refuse(p, -EBADMSG);
+			return 0;
+		}
+		p->head_need = ENVELOPE_PREFIX_LEN + hlen;
+		return 0;
+	}
+	int rc = start_record(t, p, left);
+	if (rc == 0 && p->remaining == 0 && p->state != PUT_DEAD)
+		end_record(p);
+	return rc;
+}
+
+/* The record's bytes after its header: into the buffer (PUT_BODY, unless
+ * staged from the write itself), to its publish (PUT_STREAM), or passed
+ * over (PUT_SKIP). */
+static size_t read_record_rest(struct tree *t, struct put *p, const uint8_t *buf, size_t len)
+{
+	size_t take = p->remaining < len ? (size_t)p->remaining : len;
+
+	if (p->state == PUT_BODY && !p->cur.in_write) {
+		memcpy(p->buf + p->buf_len, buf, take);
+		p->buf_len += take;
+	} else if (p->state == PUT_STREAM) {
+		struct handle *pub = p->cur.pub;
+		/* a refusal is sticky: the record's fsync says it */
+		pub->ops->write(t, pub, p->fed, buf, take, p->owner);
+		p->fed += take;
+	}
+	p->remaining -= take;
+	if (p->remaining == 0)
+		end_record(p);
+	return take;
+}
+
 static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len)
 {
 	int rc = 0;
@@ -667,90 +751,31 @@ static int consume(struct tree *t, struct put *p, const uint8_t *buf, size_t len
 			break;
 		if (p->seen >= PUT_RECORDS_MAX && between_records(p))
 			return overflow(t, p);
+		size_t took = 0;
 		switch (p->state) {
-		case PUT_LINE: {
-			const uint8_t *nl = memchr(buf, '\n', len);
-			size_t take = nl ? (size_t)(nl - buf) : len;
-			if (p->line_len + take > ARTFS_HASH_HEX_MAX) {
-				p->bad_line = true; /* too long: not a hash; keep counting */
-				p->line_len = 0;
-			} else {
-				memcpy(p->line + p->line_len, buf, take);
-				p->line_len += take;
-			}
-			buf += take;
-			len -= take;
-			if (!nl)
-				break;
-			buf++;
-			len--;
-			p->line[p->line_len] = '\0';
-			if (p->bad_line ||
-			    key_hash_decode(p->line, p->cur.hash, &p->cur.hash_len) < 0) {
-				log_warn("put %s: record %u: \"%.140s\" is not a block hash", where(p),
-					 p->seen, p->line);
-				p->bad_line = true;
-			}
-			p->state = PUT_HEAD;
+		case PUT_LINE:
+			took = read_hash_line(p, buf, len);
 			break;
-		}
-		case PUT_HEAD: {
-			if (!p->head_len)
-				p->head_at = buf;
-			size_t take = p->head_need - p->head_len < len ? p->head_need - p->head_len : len;
-			memcpy(p->head + p->head_len, buf, take);
-			p->head_len += take;
-			buf += take;
-			len -= take;
-			if (p->head_len < p->head_need)
-				break;
-			if (p->head_need == ENVELOPE_PREFIX_LEN) {
-				uint32_t hlen;
-				if (envelope_header_len(p->head, &hlen)) {
-					log_warn("put %s: record %u: header length %u outside 1..%u; "
-						 "the rest of the batch is refused", where(p),
-						 p->seen, hlen,
-						 ARTFS_ENVELOPE_HEADER_MAX);
-					p->state = PUT_DEAD;
-					refuse(p, -EBADMSG);
-					break;
-				}
-				p->head_need = ENVELOPE_PREFIX_LEN + hlen;
-				break;
-			}
-			rc = start_record(t, p, len);
-			if (rc == 0 && p->remaining == 0 && p->state != PUT_DEAD)
-				end_record(p);
+		case PUT_HEAD:
+			took = read_header(p, buf, len);
+			if (p->head_len == p->head_need)
+				rc = header_complete(t, p, len - took);
 			break;
-		}
 		case PUT_BODY:
 		case PUT_STREAM:
-		case PUT_SKIP: {
-			size_t take = p->remaining < len ? (size_t)p->remaining : len;
-			if (p->state == PUT_BODY && !p->cur.in_write) {
-				memcpy(p->buf + p->buf_len, buf, take);
-				p->buf_len += take;
-			} else if (p->state == PUT_STREAM) {
-				struct handle *pub = p->cur.pub;
-				/* a refusal is sticky: the record's fsync says it */
-				pub->ops->write(t, pub, p->fed, buf, take, p->owner);
-				p->fed += take;
-			}
-			buf += take;
-			len -= take;
-			p->remaining -= take;
-			if (p->remaining == 0)
-				end_record(p);
+		case PUT_SKIP:
+			took = read_record_rest(t, p, buf, len);
 			break;
-		}
 		case PUT_DEAD:
-			len = 0;
+			took = len;
 			break;
 		case PUT_FULL:
 			return -EFBIG;
 		case PUT_DONE:
 			return -EINVAL;
 		}
+		buf += took;
+		len -= took;
 	}
 	return rc;
 }

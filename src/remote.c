@@ -617,31 +617,45 @@ static void lane_fail(struct remote *r, struct op *ops, struct lane *l, const ch
 		pool_drop(r, l->slot);
 }
 
-/* Groups what is pending by node (map read once), takes one connection per
- * node in node order (so that two calls never wait on each other in a
- * circle), sends every pipeline and reads the replies of all of them as
- * they come, until all arrived or the deadline. */
-static int round_run(struct remote *r, struct op *ops, size_t n, int64_t deadline,
-		     struct outcome *o)
+/* A round's memory, sized by the ops still pending. */
+struct round {
+	struct lane *lanes;      /* in node order */
+	size_t nlanes;
+	struct tag *tags;        /* every lane's share: 2 per op + WAIT */
+	struct pollfd *pfds;     /* the lanes poll() watches */
+	struct lane **polled;
+	uint32_t *lane_of;       /* node -> a count of its ops, then its lane + 1 */
+};
+
+static int round_alloc(struct round *rd, const struct op *ops, size_t n)
 {
-	struct lane *lanes = NULL;
-	struct tag *tags = NULL;
-	struct pollfd *pfds = NULL;
-	struct lane **polled = NULL;
-	uint32_t *lane_of = NULL;
-	size_t nlanes = 0, pending = 0;
-	int rc = -ENOMEM;
+	size_t pending = 0;
 
 	for (size_t i = 0; i < n; i++)
 		pending += ops[i].step != STEP_DONE;
-	if (!(lane_of = calloc(NODES_MAX, sizeof(*lane_of))) ||
-	    !(lanes = calloc(pending, sizeof(*lanes))) ||
-	    !(tags = calloc(2 * pending + pending, sizeof(*tags))) ||
-	    !(pfds = calloc(pending, sizeof(*pfds))) || !(polled = calloc(pending, sizeof(*polled))))
-		goto out;
+	if (!(rd->lane_of = calloc(NODES_MAX, sizeof(*rd->lane_of))) ||
+	    !(rd->lanes = calloc(pending, sizeof(*rd->lanes))) ||
+	    !(rd->tags = calloc(2 * pending + pending, sizeof(*rd->tags))) ||
+	    !(rd->pfds = calloc(pending, sizeof(*rd->pfds))) ||
+	    !(rd->polled = calloc(pending, sizeof(*rd->polled))))
+		return -ENOMEM;
+	return 0;
+}
 
-	pthread_rwlock_rdlock(&r->map_lock);
-	size_t nnodes = r->nnodes;
+static void round_free(struct round *rd)
+{
+	free(rd->lane_of);
+	free(rd->lanes);
+	free(rd->tags);
+	free(rd->pfds);
+	free(rd->polled);
+}
+
+/* Each pending op's node (an ASK's, for this attempt only, else its
+ * slot's), counted per node. The map's read lock is held. */
+static void round_route_locked(struct remote *r, struct round *rd, struct op *ops, size_t n,
+			       struct outcome *o)
+{
 	for (size_t i = 0; i < n; i++) {
 		struct op *op = &ops[i];
 		op->lane = UINT32_MAX;
@@ -656,59 +670,101 @@ static int round_run(struct remote *r, struct op *ops, size_t n, int64_t deadlin
 			o->refresh = o->backoff = true;
 			continue;
 		}
-		lane_of[node]++;   /* a count for now */
+		rd->lane_of[node]++;   /* a count for now */
 	}
+}
+
+/* Groups what is pending by node (map read once), one lane per node in
+ * node order. */
+static void round_route(struct remote *r, struct round *rd, struct op *ops, size_t n,
+			struct outcome *o)
+{
+	pthread_rwlock_rdlock(&r->map_lock);
+	round_route_locked(r, rd, ops, n, o);
 	/* Lanes in node order; each gets its share of tags: 2 per op + WAIT. */
+	size_t nnodes = r->nnodes;
 	size_t offset = 0;
 	for (size_t i = 0; i < nnodes; i++) {
-		if (!lane_of[i])
+		if (!rd->lane_of[i])
 			continue;
-		struct lane *l = &lanes[nlanes];
+		struct lane *l = &rd->lanes[rd->nlanes];
 		l->node = r->nodes[i];
 		l->replicas = atomic_load(&l->node->replicas);
-		l->tags = tags + offset;
-		offset += 2 * lane_of[i] + 1;
-		lane_of[i] = (uint32_t)++nlanes;
+		l->tags = rd->tags + offset;
+		offset += 2 * rd->lane_of[i] + 1;
+		rd->lane_of[i] = (uint32_t)++rd->nlanes;
 	}
 	pthread_rwlock_unlock(&r->map_lock);
 
 	for (size_t i = 0; i < n; i++)
 		if (ops[i].step != STEP_DONE && ops[i].node != NODE_NONE)
-			ops[i].lane = lane_of[ops[i].node] - 1;
+			ops[i].lane = rd->lane_of[ops[i].node] - 1;
+}
 
-	for (size_t li = 0; li < nlanes; li++) {
-		struct lane *l = &lanes[li];
-		if (!(l->slot = pool_acquire(l->node, deadline))) {
-			l->failed = true;
-			for (size_t i = 0; i < n; i++)
-				if (ops[i].lane == li)
-					snprintf(ops[i].why, sizeof(ops[i].why),
-						 "every connection to it busy until the deadline");
-			continue;
-		}
-		if (!l->slot->conn) {
-			char err[200];
-			int c = conn_open(r, l->node, deadline, &l->slot->conn, err, sizeof(err));
-			if (c < 0) {
-				for (size_t i = 0; i < n; i++)
-					if (ops[i].lane == li) {
-						snprintf(ops[i].why, sizeof(ops[i].why), "%s", err);
-						if (c == -EACCES)   /* a wrong password stays wrong */
-							finish(&ops[i], -EIO);
-					}
-				l->failed = true;
-				o->refresh = o->backoff = true;
-				continue;
-			}
-		}
+/* The lane's connection, held for the round (opened on first use); a
+ * lane without one fails, and its ops say why. */
+static void lane_connect(struct remote *r, struct lane *l, size_t li, struct op *ops, size_t n,
+			 int64_t deadline, struct outcome *o)
+{
+	if (!(l->slot = pool_acquire(l->node, deadline))) {
+		l->failed = true;
+		for (size_t i = 0; i < n; i++)
+			if (ops[i].lane == li)
+				snprintf(ops[i].why, sizeof(ops[i].why),
+					 "every connection to it busy until the deadline");
+		return;
 	}
+	if (l->slot->conn)
+		return;
+	char err[200];
+	int c = conn_open(r, l->node, deadline, &l->slot->conn, err, sizeof(err));
+	if (c < 0) {
+		for (size_t i = 0; i < n; i++)
+			if (ops[i].lane == li) {
+				snprintf(ops[i].why, sizeof(ops[i].why), "%s", err);
+				if (c == -EACCES)   /* a wrong password stays wrong */
+					finish(&ops[i], -EIO);
+			}
+		l->failed = true;
+		o->refresh = o->backoff = true;
+	}
+}
 
+/* Takes one connection per node in node order, so that two calls never
+ * wait on each other in a circle. */
+static void round_connect(struct remote *r, struct round *rd, struct op *ops, size_t n,
+			  int64_t deadline, struct outcome *o)
+{
+	for (size_t li = 0; li < rd->nlanes; li++)
+		lane_connect(r, &rd->lanes[li], li, ops, n, deadline, o);
+}
+
+/* WAIT 1 after the lane's SETs; it answers within the time left, with
+ * room for the reply. */
+static void lane_append_wait(struct lane *l, int64_t deadline)
+{
+	int ms = redis_poll_ms(deadline);
+	char wait_ms[16];
+	snprintf(wait_ms, sizeof(wait_ms), "%d", ms > 4 ? ms * 3 / 4 : 1);
+	const char *argv[] = { "WAIT", "1", wait_ms };
+	const size_t lens[] = { 4, 1, strlen(wait_ms) };
+	if (redis_conn_append(l->slot->conn, 3, argv, lens) == 0)
+		l->tags[l->ntags++] = (struct tag){ 0, TAG_WAIT };
+	else
+		l->replicas = 0;   /* then the SETs answer alone */
+}
+
+/* Every pending op into its lane's pipeline, and a WAIT where SETs go to a
+ * shard with a replica. */
+static void round_fill(struct remote *r, struct round *rd, struct op *ops, size_t n,
+		       int64_t deadline)
+{
 	bool sets[NODES_MAX] = { false };
 	for (size_t i = 0; i < n; i++) {
 		struct op *op = &ops[i];
-		if (op->lane == UINT32_MAX || op->step == STEP_DONE || lanes[op->lane].failed)
+		if (op->lane == UINT32_MAX || op->step == STEP_DONE || rd->lanes[op->lane].failed)
 			continue;
-		struct lane *l = &lanes[op->lane];
+		struct lane *l = &rd->lanes[op->lane];
 		snprintf(op->why, sizeof(op->why), "no reply within %llu ms",
 			 (unsigned long long)r->timeout_ms);
 		if (append_op(r, l, op, (uint32_t)i) < 0) {
@@ -718,67 +774,72 @@ static int round_run(struct remote *r, struct op *ops, size_t n, int64_t deadlin
 		}
 		sets[op->lane] |= op->step == STEP_SET;
 	}
-	for (size_t li = 0; li < nlanes; li++) {
-		struct lane *l = &lanes[li];
+	for (size_t li = 0; li < rd->nlanes; li++) {
+		struct lane *l = &rd->lanes[li];
 		if (l->failed || l->ntags == 0)
 			continue;
-		if (sets[li] && l->replicas > 0) {
-			/* WAIT answers within the time left, with room for the reply. */
-			int ms = redis_poll_ms(deadline);
-			char wait_ms[16];
-			snprintf(wait_ms, sizeof(wait_ms), "%d", ms > 4 ? ms * 3 / 4 : 1);
-			const char *argv[] = { "WAIT", "1", wait_ms };
-			const size_t lens[] = { 4, 1, strlen(wait_ms) };
-			if (redis_conn_append(l->slot->conn, 3, argv, lens) == 0)
-				l->tags[l->ntags++] = (struct tag){ 0, TAG_WAIT };
-			else
-				l->replicas = 0;   /* then the SETs answer alone */
-		}
+		if (sets[li] && l->replicas > 0)
+			lane_append_wait(l, deadline);
 		counter_inc(&r->metrics.rounds);
 	}
+}
 
+/* What poll() found on a lane: its pipeline sent on, the replies that
+ * arrived read; a broken connection fails the lane. */
+static void lane_exchange(struct remote *r, struct op *ops, struct lane *l, short rev,
+			  struct outcome *o)
+{
+	struct redis_conn *c = l->slot->conn;
+	int err = 0;
+	if (rev & POLLOUT)
+		err = redis_conn_send(c);
+	if (!err && (rev & (POLLIN | POLLERR | POLLHUP)))
+		err = redis_conn_receive(c);
+	redisReply *reply = NULL;
+	while (!err && l->got < l->ntags && (err = redis_conn_reply(c, &reply)) == 0 && reply) {
+		on_reply(r, ops, l, &l->tags[l->got++], reply, o);
+		freeReplyObject(reply);
+	}
+	if (err) {
+		char why[200];
+		snprintf(why, sizeof(why), "%s", redis_conn_error(c));
+		lane_fail(r, ops, l, why, o);
+	}
+}
+
+/* Sends every pipeline and reads the replies of all of them as they come,
+ * until all arrived or the deadline. */
+static void round_exchange(struct remote *r, struct round *rd, struct op *ops, int64_t deadline,
+			   struct outcome *o)
+{
 	for (;;) {
 		size_t active = 0;
-		for (size_t li = 0; li < nlanes; li++) {
-			struct lane *l = &lanes[li];
+		for (size_t li = 0; li < rd->nlanes; li++) {
+			struct lane *l = &rd->lanes[li];
 			if (l->failed || l->got == l->ntags)
 				continue;
 			int fd = redis_conn_fd(l->slot->conn);
 			short ev = POLLIN | (redis_conn_has_output(l->slot->conn) ? POLLOUT : 0);
-			pfds[active] = (struct pollfd){ .fd = fd, .events = ev };
-			polled[active++] = l;
+			rd->pfds[active] = (struct pollfd){ .fd = fd, .events = ev };
+			rd->polled[active++] = l;
 		}
 		int ms = redis_poll_ms(deadline);
 		if (active == 0 || ms == 0)
 			break;
-		int ready = poll(pfds, active, ms);
+		int ready = poll(rd->pfds, active, ms);
 		if (ready < 0 && errno != EINTR)
 			break;
-		for (size_t k = 0; ready > 0 && k < active; k++) {
-			struct lane *l = polled[k];
-			struct redis_conn *c = l->slot->conn;
-			short rev = pfds[k].revents;
-			int err = 0;
-			if (rev & POLLOUT)
-				err = redis_conn_send(c);
-			if (!err && (rev & (POLLIN | POLLERR | POLLHUP)))
-				err = redis_conn_receive(c);
-			redisReply *reply = NULL;
-			while (!err && l->got < l->ntags && (err = redis_conn_reply(c, &reply)) == 0 &&
-			       reply) {
-				on_reply(r, ops, l, &l->tags[l->got++], reply, o);
-				freeReplyObject(reply);
-			}
-			if (err) {
-				char why[200];
-				snprintf(why, sizeof(why), "%s", redis_conn_error(c));
-				lane_fail(r, ops, l, why, o);
-			}
-		}
+		for (size_t k = 0; ready > 0 && k < active; k++)
+			lane_exchange(r, ops, rd->polled[k], rd->pfds[k].revents, o);
 	}
+}
 
-	for (size_t li = 0; li < nlanes; li++) {
-		struct lane *l = &lanes[li];
+/* The round's connections go back to their pools; one still owed replies
+ * is dropped, and a WAIT that never answered fails its SETs. */
+static void round_release(struct remote *r, struct round *rd, struct op *ops, struct outcome *o)
+{
+	for (size_t li = 0; li < rd->nlanes; li++) {
+		struct lane *l = &rd->lanes[li];
 		if (!l->slot)
 			continue;
 		/* Replies still owed would answer the next user: drop the connection. */
@@ -798,13 +859,24 @@ static int round_run(struct remote *r, struct op *ops, size_t n, int64_t deadlin
 			count_bytes(r, l->slot->conn);
 		pthread_mutex_unlock(&l->slot->lock);
 	}
-	rc = 0;
-out:
-	free(lane_of);
-	free(lanes);
-	free(tags);
-	free(pfds);
-	free(polled);
+}
+
+/* One round: what is pending grouped by node, one connection per node,
+ * every pipeline sent and its replies read, the connections given back. */
+static int round_run(struct remote *r, struct op *ops, size_t n, int64_t deadline,
+		     struct outcome *o)
+{
+	struct round rd = { 0 };
+	int rc = round_alloc(&rd, ops, n);
+
+	if (rc == 0) {
+		round_route(r, &rd, ops, n, o);
+		round_connect(r, &rd, ops, n, deadline, o);
+		round_fill(r, &rd, ops, n, deadline);
+		round_exchange(r, &rd, ops, deadline, o);
+		round_release(r, &rd, ops, o);
+	}
+	round_free(&rd);
 	return rc;
 }
 

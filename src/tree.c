@@ -318,124 +318,161 @@ static struct object *find_key(struct tree *t, const uint8_t key[32])
 	return o;
 }
 
-int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tree_entry *e)
+static int lookup_in_root(struct tree *t, const char *name, struct tree_entry *e)
+{
+	if (strcmp(name, ARTFS_INFO_DIR) == 0) {
+		node_ref(&t->info_dir);
+		return positive(t, &t->info_dir, e);
+	}
+	if (strcmp(name, ARTFS_KEYS_DIR) == 0) {
+		node_ref(&t->keys_dir);
+		return positive(t, &t->keys_dir, e);
+	}
+	if (!key_version_name_valid(name))
+		return negative(e, CACHE_FOREVER); /* can never exist */
+	struct version *v = version_find(t, name);
+	if (!v && t->remote) {
+		/* With a cluster every version exists: a trainer opens
+		 * <wv>/<hash> on a node that never saw <wv>. */
+		int rc = version_make(t, name, &v);
+		if (rc < 0 && rc != -EEXIST)
+			return rc;
+	}
+	return v ? positive(t, &v->node, e) : negative(e, 0);
+}
+
+static int lookup_in_info_dir(struct tree *t, const char *name, struct tree_entry *e)
+{
+	for (int i = 0; i < INFO_COUNT; i++)
+		if (strcmp(name, info_file_name((enum info_file)i)) == 0) {
+			node_ref(&t->info_files[i]);
+			return positive(t, &t->info_files[i], e);
+		}
+	return negative(e, CACHE_FOREVER);
+}
+
+/* <wv>/weights appears and goes through the control file, not through the
+ * kernel: its absence is never cached. */
+static int lookup_weights_dir(struct tree *t, struct version *v, struct tree_entry *e)
+{
+	pthread_mutex_lock(&t->lock);
+	struct node *wd = v->weights ? weights_dir_node(v->weights) : NULL;
+	if (wd)
+		node_ref(wd);
+	pthread_mutex_unlock(&t->lock);
+	return wd ? positive(t, wd, e) : negative(e, 0);
+}
+
+/* The absence of an object is never cached: a batch (.put) names objects
+ * behind the kernel's back, and an absence cached before it would hide the
+ * object after the batch returned. */
+static int lookup_object(struct tree *t, struct version *v, const char *name,
+			 struct tree_entry *e)
 {
 	uint8_t hash[ARTFS_HASH_BYTES_MAX];
 	size_t len;
 
-	memset(e, 0, sizeof(*e));
-	switch (parent->type) {
-	case NODE_ROOT: {
-		if (strcmp(name, ARTFS_INFO_DIR) == 0) {
-			node_ref(&t->info_dir);
-			return positive(t, &t->info_dir, e);
-		}
-		if (strcmp(name, ARTFS_KEYS_DIR) == 0) {
-			node_ref(&t->keys_dir);
-			return positive(t, &t->keys_dir, e);
-		}
-		if (!key_version_name_valid(name))
-			return negative(e, CACHE_FOREVER); /* can never exist */
-		struct version *v = version_find(t, name);
-		if (!v && t->remote) {
-			/* With a cluster every version exists: a trainer opens
-			 * <wv>/<hash> on a node that never saw <wv>. */
-			int rc = version_make(t, name, &v);
-			if (rc < 0 && rc != -EEXIST)
-				return rc;
-		}
-		return v ? positive(t, &v->node, e) : negative(e, 0);
-	}
-	case NODE_INFO_DIR:
-		for (int i = 0; i < INFO_COUNT; i++)
-			if (strcmp(name, info_file_name((enum info_file)i)) == 0) {
-				node_ref(&t->info_files[i]);
-				return positive(t, &t->info_files[i], e);
-			}
+	if (key_hash_decode(name, hash, &len) < 0)
 		return negative(e, CACHE_FOREVER);
-	case NODE_VERSION: {
-		struct version *v = (struct version *)parent;
-		if (v->removed)
-			return negative(e, 0);
-		if (strcmp(name, ARTFS_MATERIALIZE_NAME) == 0) {
-			node_ref(&v->materialize);
-			return positive(t, &v->materialize, e);
-		}
-		if (strcmp(name, ARTFS_PUT_NAME) == 0) {
-			node_ref(&v->put);
-			return positive(t, &v->put, e);
-		}
-		if (strcmp(name, "weights") == 0) {
-			/* Appears and goes through the control file, not through the
-			 * kernel: its absence is never cached. */
-			pthread_mutex_lock(&t->lock);
-			struct node *wd = v->weights ? weights_dir_node(v->weights) : NULL;
-			if (wd)
-				node_ref(wd);
-			pthread_mutex_unlock(&t->lock);
-			return wd ? positive(t, wd, e) : negative(e, 0);
-		}
-		if (key_hash_decode(name, hash, &len) < 0)
-			return negative(e, CACHE_FOREVER);
-		/* The absence of an object is never cached: a batch (.put) names
-		 * objects behind the kernel's back, and an absence cached before it
-		 * would hide the object after the batch returned. */
-		struct object *o = find_object(t, v, hash, len);
-		if (o)
-			return positive(t, &o->node, e);
-		if (!t->remote)
-			return negative(e, 0);
-		/* Not here: asked of the cluster, and never cached as absent. */
-		struct fetch_item it = { .ver = v, .hash = hash, .hash_len = len };
-		int rc = fetch_objects(t, &it, 1);
-		if (rc == -ENOENT)
-			return negative(e, 0);
+	struct object *o = find_object(t, v, hash, len);
+	if (o)
+		return positive(t, &o->node, e);
+	if (!t->remote)
+		return negative(e, 0);
+	/* Not here: asked of the cluster, and never cached as absent. */
+	struct fetch_item it = { .ver = v, .hash = hash, .hash_len = len };
+	int rc = fetch_objects(t, &it, 1);
+	if (rc == -ENOENT)
+		return negative(e, 0);
+	if (rc < 0)
+		return rc;
+	o = find_object(t, v, hash, len);
+	return o ? positive(t, &o->node, e) : negative(e, 0);
+}
+
+static int lookup_in_version(struct tree *t, struct version *v, const char *name,
+			     struct tree_entry *e)
+{
+	if (v->removed)
+		return negative(e, 0);
+	if (strcmp(name, ARTFS_MATERIALIZE_NAME) == 0) {
+		node_ref(&v->materialize);
+		return positive(t, &v->materialize, e);
+	}
+	if (strcmp(name, ARTFS_PUT_NAME) == 0) {
+		node_ref(&v->put);
+		return positive(t, &v->put, e);
+	}
+	if (strcmp(name, "weights") == 0)
+		return lookup_weights_dir(t, v, e);
+	return lookup_object(t, v, name, e);
+}
+
+/* A key's object may come from a publish under any name: its absence is
+ * never cached. Keys of a restarted store are known once its objects are
+ * counted. */
+static int lookup_key(struct tree *t, const char *name, struct tree_entry *e)
+{
+	uint8_t key[32];
+	if (strlen(name) != 64 || key_sha256_decode(name, key) < 0)
+		return negative(e, CACHE_FOREVER);
+	if (t->sizing)
+		sizing_wait(t);
+	struct object *o = find_key(t, key);
+	if (!o && t->remote) {
+		struct version *kv;
+		int rc = version_keyonly(t, &kv);
 		if (rc < 0)
 			return rc;
-		o = find_object(t, v, hash, len);
-		return o ? positive(t, &o->node, e) : negative(e, 0);
+		struct fetch_item it = { .ver = kv, .hash = key, .hash_len = 32 };
+		rc = fetch_objects(t, &it, 1);
+		node_unref(&kv->node, 1);
+		if (rc < 0 && rc != -ENOENT)
+			return rc;
+		o = find_key(t, key);
 	}
-	case NODE_KEYS_DIR: {
-		if (strcmp(name, ARTFS_PUT_NAME) == 0) {
-			node_ref(&t->keys_put);
-			return positive(t, &t->keys_put, e);
-		}
-		if (strcmp(name, ARTFS_GET_NAME) == 0) {
-			node_ref(&t->keys_get);
-			return positive(t, &t->keys_get, e);
-		}
-		uint8_t key[32];
-		if (strlen(name) != 64 || key_sha256_decode(name, key) < 0)
-			return negative(e, CACHE_FOREVER);
-		/* A key's object may come from a publish under any name: its
-		 * absence is never cached. Keys of a restarted store are known
-		 * once its objects are counted. */
-		if (t->sizing)
-			sizing_wait(t);
-		struct object *o = find_key(t, key);
-		if (!o && t->remote) {
-			struct version *kv;
-			int rc = version_keyonly(t, &kv);
-			if (rc < 0)
-				return rc;
-			struct fetch_item it = { .ver = kv, .hash = key, .hash_len = 32 };
-			rc = fetch_objects(t, &it, 1);
-			node_unref(&kv->node, 1);
-			if (rc < 0 && rc != -ENOENT)
-				return rc;
-			o = find_key(t, key);
-		}
-		return o ? positive(t, &o->keynode, e) : negative(e, 0);
+	return o ? positive(t, &o->keynode, e) : negative(e, 0);
+}
+
+static int lookup_in_keys_dir(struct tree *t, const char *name, struct tree_entry *e)
+{
+	if (strcmp(name, ARTFS_PUT_NAME) == 0) {
+		node_ref(&t->keys_put);
+		return positive(t, &t->keys_put, e);
 	}
-	case NODE_WEIGHTS_DIR: {
-		struct node *n;
-		int rc = weights_lookup(t, parent, name, &n);
-		if (rc < 0)
-			return negative(e, 0);
-		rc = positive(t, n, e);
-		e->entry_timeout = 1.0; /* manifest.json appears when ready */
-		return rc;
+	if (strcmp(name, ARTFS_GET_NAME) == 0) {
+		node_ref(&t->keys_get);
+		return positive(t, &t->keys_get, e);
 	}
+	return lookup_key(t, name, e);
+}
+
+static int lookup_in_weights_dir(struct tree *t, struct node *parent, const char *name,
+				 struct tree_entry *e)
+{
+	struct node *n;
+	int rc = weights_lookup(t, parent, name, &n);
+	if (rc < 0)
+		return negative(e, 0);
+	rc = positive(t, n, e);
+	e->entry_timeout = 1.0; /* manifest.json appears when ready */
+	return rc;
+}
+
+int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tree_entry *e)
+{
+	memset(e, 0, sizeof(*e));
+	switch (parent->type) {
+	case NODE_ROOT:
+		return lookup_in_root(t, name, e);
+	case NODE_INFO_DIR:
+		return lookup_in_info_dir(t, name, e);
+	case NODE_VERSION:
+		return lookup_in_version(t, (struct version *)parent, name, e);
+	case NODE_KEYS_DIR:
+		return lookup_in_keys_dir(t, name, e);
+	case NODE_WEIGHTS_DIR:
+		return lookup_in_weights_dir(t, parent, name, e);
 	default:
 		return -ENOTDIR;
 	}
