@@ -127,6 +127,19 @@ static bool cuda_ok(struct loader *ld, cudaError_t e, const char *what)
 	return false;
 }
 
+/* The whole number 1..max in the environment variable name; 0 when it is
+ * unset or anything else. */
+static unsigned long env_number(const char *name, unsigned long max)
+{
+	const char *v = getenv(name);
+	char *end;
+
+	if (!v || !*v)
+		return 0;
+	unsigned long x = strtoul(v, &end, 10);
+	return !*end && x >= 1 && x <= max ? x : 0;
+}
+
 /* ARTFS_LOAD_CHUNK_MIB (1..64) sets the size of every read, for
  * measuring; 0 when unset. Read once: the pool's buffers are sized by it. */
 static size_t chunk_override(void)
@@ -136,13 +149,7 @@ static size_t chunk_override(void)
 
 	if (atomic_load(&looked))
 		return atomic_load(&chunk);
-	const char *v = getenv("ARTFS_LOAD_CHUNK_MIB");
-	char *end;
-	if (v && *v) {
-		unsigned long x = strtoul(v, &end, 10);
-		if (!*end && x >= 1 && x <= CHUNK_MIB_MAX)
-			atomic_store(&chunk, (size_t)x << 20);
-	}
+	atomic_store(&chunk, (size_t)env_number("ARTFS_LOAD_CHUNK_MIB", CHUNK_MIB_MAX) << 20);
 	atomic_store(&looked, 1);
 	return atomic_load(&chunk);
 }
@@ -505,14 +512,10 @@ static unsigned readers_for(size_t nchunks)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t n = cpus < READERS_MIN ? READERS_MIN : cpus > READERS_MAX ? READERS_MAX : (size_t)cpus;
-	const char *v = getenv("ARTFS_LOAD_READERS");
-	char *end;
+	unsigned long x = env_number("ARTFS_LOAD_READERS", READERS_MAX);
 
-	if (v && *v) {
-		unsigned long x = strtoul(v, &end, 10);
-		if (!*end && x >= 1 && x <= READERS_MAX)
-			n = x;
-	}
+	if (x)
+		n = x;
 	return (unsigned)(nchunks < n ? nchunks : n);
 }
 
