@@ -127,6 +127,19 @@ static bool cuda_ok(struct loader *ld, cudaError_t e, const char *what)
 	return false;
 }
 
+/* The whole number 1..max in the environment variable name; 0 when it is
+ * unset or anything else. */
+static unsigned long env_number(const char *name, unsigned long max)
+{
+	const char *v = getenv(name);
+	char *end;
+
+	if (!v || !*v)
+		return 0;
+	unsigned long x = strtoul(v, &end, 10);
+	return !*end && x >= 1 && x <= max ? x : 0;
+}
+
 /* ARTFS_LOAD_CHUNK_MIB (1..64) sets the size of every read, for
  * measuring; 0 when unset. Read once: the pool's buffers are sized by it. */
 static size_t chunk_override(void)
@@ -136,13 +149,7 @@ static size_t chunk_override(void)
 
 	if (atomic_load(&looked))
 		return atomic_load(&chunk);
-	const char *v = getenv("ARTFS_LOAD_CHUNK_MIB");
-	char *end;
-	if (v && *v) {
-		unsigned long x = strtoul(v, &end, 10);
-		if (!*end && x >= 1 && x <= CHUNK_MIB_MAX)
-			atomic_store(&chunk, (size_t)x << 20);
-	}
+	atomic_store(&chunk, (size_t)env_number("ARTFS_LOAD_CHUNK_MIB", CHUNK_MIB_MAX) << 20);
 	atomic_store(&looked, 1);
 	return atomic_load(&chunk);
 }
@@ -470,15 +477,25 @@ void gpu_unload(struct gpu_load *l)
 	}
 }
 
-int gpu_alloc(struct gpu_load *l, char *err, size_t errlen)
+/* A load has 1..RANKS_MAX ranks. */
+static int ranks_check(const struct gpu_load *l, char *err, size_t errlen)
 {
 	if (l->nranks < 1 || l->nranks > RANKS_MAX) {
 		snprintf(err, errlen, "%d ranks: between 1 and %d are supported", l->nranks, RANKS_MAX);
 		return -EINVAL;
 	}
+	return 0;
+}
+
+int gpu_alloc(struct gpu_load *l, char *err, size_t errlen)
+{
+	int rc = ranks_check(l, err, errlen);
+
+	if (rc < 0)
+		return rc;
 	for (int r = 0; r < l->nranks; r++) {
-		int rc = slab_alloc(l->ranks[r].device, l->ranks[r].slab_size, &l->ranks[r].slab,
-				    l->ranks[r].ipc, err, errlen);
+		rc = slab_alloc(l->ranks[r].device, l->ranks[r].slab_size, &l->ranks[r].slab,
+				l->ranks[r].ipc, err, errlen);
 		if (rc < 0) {
 			gpu_unload(l);
 			return rc;
@@ -495,26 +512,35 @@ static unsigned readers_for(size_t nchunks)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t n = cpus < READERS_MIN ? READERS_MIN : cpus > READERS_MAX ? READERS_MAX : (size_t)cpus;
-	const char *v = getenv("ARTFS_LOAD_READERS");
-	char *end;
+	unsigned long x = env_number("ARTFS_LOAD_READERS", READERS_MAX);
 
-	if (v && *v) {
-		unsigned long x = strtoul(v, &end, 10);
-		if (!*end && x >= 1 && x <= READERS_MAX)
-			n = x;
-	}
+	if (x)
+		n = x;
 	return (unsigned)(nchunks < n ? nchunks : n);
+}
+
+/* The pool, unless another load (or loader_pool_fill) has it. */
+static bool pool_claim(void)
+{
+	pthread_mutex_lock(&pool_mu);
+	bool mine = !pool_busy;
+	pool_busy = true;
+	pthread_mutex_unlock(&pool_mu);
+	return mine;
+}
+
+static void pool_release(void)
+{
+	pthread_mutex_lock(&pool_mu);
+	pool_busy = false;
+	pthread_mutex_unlock(&pool_mu);
 }
 
 void loader_pool_fill(void)
 {
 	unsigned n = readers_for(SIZE_MAX);
 
-	pthread_mutex_lock(&pool_mu);
-	bool mine = !pool_busy;
-	pool_busy = true;
-	pthread_mutex_unlock(&pool_mu);
-	if (!mine)
+	if (!pool_claim())
 		return; /* a load has the pool: it pins what it lacks */
 	for (unsigned i = 0; i < n; i++)
 		for (int k = 0; k < BUFS_PER_READER; k++)
@@ -524,102 +550,105 @@ void loader_pool_fill(void)
 				goto done;
 			}
 done:
-	pthread_mutex_lock(&pool_mu);
-	pool_busy = false;
-	pthread_mutex_unlock(&pool_mu);
+	pool_release();
 }
 
-int gpu_load(struct gpu_load *l, char *err, size_t errlen)
+/* Opens file f of the load, checks that it is the size its header was
+ * checked at, and picks its read size (CHUNK_*): broadcast, the size of a
+ * buffer; else small from memory, large from a disk. */
+static int open_file(struct loader *ld, size_t f, bool broadcast, char *err, size_t errlen)
 {
-	struct loader ld = { .l = l };
-	struct reader readers[READERS_MAX];
-	int rc;
+	struct gpu_load *l = ld->l;
+	struct stat st;
 
-	memset(readers, 0, sizeof(readers));
-	if (l->nranks < 1 || l->nranks > RANKS_MAX) {
-		snprintf(err, errlen, "%d ranks: between 1 and %d are supported", l->nranks, RANKS_MAX);
+	ld->fds[f] = open(l->paths[f], O_RDONLY | O_CLOEXEC);
+	if (ld->fds[f] < 0) {
+		int rc = -errno;
+		snprintf(err, errlen, "%s: %s", l->paths[f], strerror(errno));
+		return rc;
+	}
+	bool known = fstat(ld->fds[f], &st) == 0;
+	if (l->sizes && (!known || (uint64_t)st.st_size != l->sizes[f])) {
+		snprintf(err, errlen, "%s changed since its header was checked", l->paths[f]);
 		return -EINVAL;
 	}
-	pthread_mutex_init(&ld.err_mu, NULL);
-	pthread_mutex_init(&ld.q_mu, NULL);
-	pthread_cond_init(&ld.q_cv, NULL);
-	atomic_store(&l->bytes_read, 0);
-	l->used_nccl = false;
+	bool in_memory = known && source_open(ld->fds[f], l->paths[f], &st, &ld->maps[f]);
+	if (!ld->maps[f].base)
+		posix_fadvise(ld->fds[f], 0, 0, POSIX_FADV_SEQUENTIAL);
+	ld->chunk[f] = chunk_override();
+	if (!ld->chunk[f])
+		ld->chunk[f] = broadcast ? CHUNK_BUFFER : in_memory ? CHUNK_MEMORY : CHUNK_DISK;
+	return 0;
+}
 
-	if (!l->ranks[0].slab) {
-		rc = gpu_alloc(l, err, errlen);
-		if (rc < 0)
-			goto out;
-	}
-	for (int r = 0; r < l->nranks; r++)
-		ld.slabs[r] = l->ranks[r].slab;
+/* Every file the pieces come from, open, with its read size. */
+static int open_files(struct loader *ld, char *err, size_t errlen)
+{
+	struct gpu_load *l = ld->l;
 	/* Replicated onto several GPUs, every chunk is also a broadcast: those
 	 * keep the 16 MiB they were measured with (2 MiB reads were measured
 	 * onto one GPU only). */
 	const bool broadcast = l->replicated && l->nranks > 1;
-	ld.fds = calloc(l->nfiles ? l->nfiles : 1, sizeof(int));
-	if (!ld.fds) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	for (size_t f = 0; f < l->nfiles; f++)
-		ld.fds[f] = -1;
-	ld.chunk = calloc(l->nfiles ? l->nfiles : 1, sizeof(*ld.chunk));
-	ld.maps = calloc(l->nfiles ? l->nfiles : 1, sizeof(*ld.maps));
-	if (!ld.chunk || !ld.maps) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	for (size_t f = 0; f < l->nfiles; f++) {
-		ld.fds[f] = open(l->paths[f], O_RDONLY | O_CLOEXEC);
-		if (ld.fds[f] < 0) {
-			rc = -errno;
-			snprintf(err, errlen, "%s: %s", l->paths[f], strerror(errno));
-			goto out;
-		}
-		struct stat st;
-		bool known = fstat(ld.fds[f], &st) == 0;
-		if (l->sizes && (!known || (uint64_t)st.st_size != l->sizes[f])) {
-			rc = -EINVAL;
-			snprintf(err, errlen, "%s changed since its header was checked", l->paths[f]);
-			goto out;
-		}
-		bool in_memory = known && source_open(ld.fds[f], l->paths[f], &st, &ld.maps[f]);
-		if (!ld.maps[f].base)
-			posix_fadvise(ld.fds[f], 0, 0, POSIX_FADV_SEQUENTIAL);
-		ld.chunk[f] = chunk_override();
-		if (!ld.chunk[f])
-			ld.chunk[f] = broadcast ? CHUNK_BUFFER : in_memory ? CHUNK_MEMORY : CHUNK_DISK;
-	}
-	rc = plan_chunks(&ld);
-	if (rc < 0) {
-		snprintf(err, errlen, "out of memory");
-		goto out;
-	}
-	pthread_t bthread;
-	bool broadcasting = false;
-	if (l->replicated && l->nranks > 1) {
-		broadcasting = pthread_create(&bthread, NULL, broadcaster, &ld) == 0;
-		if (!broadcasting)
-			fail(&ld, -EAGAIN, "cannot start the broadcast thread");
-	}
+	int rc = 0;
 
-	unsigned n = readers_for(ld.nchunks);
+	ld->fds = calloc(l->nfiles ? l->nfiles : 1, sizeof(int));
+	if (!ld->fds)
+		return -ENOMEM;
+	for (size_t f = 0; f < l->nfiles; f++)
+		ld->fds[f] = -1;
+	ld->chunk = calloc(l->nfiles ? l->nfiles : 1, sizeof(*ld->chunk));
+	ld->maps = calloc(l->nfiles ? l->nfiles : 1, sizeof(*ld->maps));
+	if (!ld->chunk || !ld->maps)
+		return -ENOMEM;
+	for (size_t f = 0; f < l->nfiles && rc == 0; f++)
+		rc = open_file(ld, f, broadcast, err, errlen);
+	return rc;
+}
+
+/* Replicated onto several GPUs: the broadcaster's thread, started. */
+static bool broadcaster_start(struct loader *ld, pthread_t *thread)
+{
+	if (!ld->l->replicated || ld->l->nranks <= 1)
+		return false;
+	if (pthread_create(thread, NULL, broadcaster, ld) == 0)
+		return true;
+	fail(ld, -EAGAIN, "cannot start the broadcast thread");
+	return false;
+}
+
+/* No more ranges come: the broadcaster sends what is queued and ends. */
+static void broadcaster_stop(struct loader *ld, pthread_t thread)
+{
+	pthread_mutex_lock(&ld->q_mu);
+	ld->readers_done = true;
+	pthread_cond_signal(&ld->q_cv);
+	pthread_mutex_unlock(&ld->q_mu);
+	pthread_join(thread, NULL);
+}
+
+/* How many readers: readers_for the chunks, at most READERS_DISK when every
+ * file is read from a disk (unless ARTFS_LOAD_READERS says). */
+static unsigned count_readers(const struct loader *ld)
+{
+	const struct gpu_load *l = ld->l;
+	unsigned n = readers_for(ld->nchunks);
 	bool all_disk = l->nfiles > 0 && !getenv("ARTFS_LOAD_READERS");
+
 	for (size_t f = 0; f < l->nfiles && all_disk; f++)
-		all_disk = ld.chunk[f] == CHUNK_DISK;
+		all_disk = ld->chunk[f] == CHUNK_DISK;
 	if (all_disk && n > READERS_DISK)
 		n = READERS_DISK; /* more readers of large reads were slower */
-	l->readers = n;
-	pthread_mutex_lock(&pool_mu);
-	bool pooled = !pool_busy;
-	pool_busy = true;
-	pthread_mutex_unlock(&pool_mu);
+	return n;
+}
+
+/* Starts n readers, until one cannot start, and waits for those that did. */
+static void run_readers(struct loader *ld, struct reader *readers, unsigned n, bool pooled)
+{
 	for (unsigned i = 0; i < n; i++) {
-		if (!reader_init(&ld, &readers[i], (int)i, pooled))
+		if (!reader_init(ld, &readers[i], (int)i, pooled))
 			break;
 		if (pthread_create(&readers[i].thread, NULL, reader_main, &readers[i]) != 0) {
-			fail(&ld, -EAGAIN, "cannot start a reader thread");
+			fail(ld, -EAGAIN, "cannot start a reader thread");
 			break;
 		}
 		readers[i].started = true;
@@ -627,54 +656,94 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 	for (unsigned i = 0; i < n; i++)
 		if (readers[i].started)
 			pthread_join(readers[i].thread, NULL);
-	if (broadcasting) {
-		pthread_mutex_lock(&ld.q_mu);
-		ld.readers_done = true;
-		pthread_cond_signal(&ld.q_cv);
-		pthread_mutex_unlock(&ld.q_mu);
-		pthread_join(bthread, NULL);
-	}
+}
+
+/* Streams every chunk into the slabs: the readers (and, replicated, the
+ * broadcaster) run until all is read, one fails or the load is cancelled;
+ * then every GPU finishes its copies. Returns the load's result. */
+static int stream_files(struct loader *ld, char *err, size_t errlen)
+{
+	struct gpu_load *l = ld->l;
+	struct reader readers[READERS_MAX];
+	pthread_t bthread;
+
+	memset(readers, 0, sizeof(readers));
+	bool broadcasting = broadcaster_start(ld, &bthread);
+	unsigned n = count_readers(ld);
+	l->readers = n;
+	bool pooled = pool_claim();
+	run_readers(ld, readers, n, pooled);
+	if (broadcasting)
+		broadcaster_stop(ld, bthread);
 	for (int r = 0; r < l->nranks; r++) {
 		cudaSetDevice(l->ranks[r].device);
-		cuda_ok(&ld, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+		cuda_ok(ld, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 	}
 	for (unsigned i = 0; i < READERS_MAX; i++)
-		reader_fini(&ld, &readers[i]);
-	if (pooled) {
-		pthread_mutex_lock(&pool_mu);
-		pool_busy = false;
-		pthread_mutex_unlock(&pool_mu);
-	}
-	if (l->cancel && !ld.failed)
-		fail(&ld, -ECANCELED, "load cancelled");
-	rc = 0;
-	if (ld.failed) {
-		rc = ld.error;
-		snprintf(err, errlen, "%s", ld.err);
-	}
-out:
+		reader_fini(ld, &readers[i]);
+	if (pooled)
+		pool_release();
+	if (l->cancel && !ld->failed)
+		fail(ld, -ECANCELED, "load cancelled");
+	if (!ld->failed)
+		return 0;
+	snprintf(err, errlen, "%s", ld->err);
+	return ld->error;
+}
+
+/* Frees what the load used on the way: streams, NCCL, files, plans. */
+static void loader_free(struct loader *ld)
+{
+	struct gpu_load *l = ld->l;
+
 	for (int r = 0; r < l->nranks; r++)
-		if (ld.bstreams[r]) {
+		if (ld->bstreams[r]) {
 			cudaSetDevice(l->ranks[r].device);
-			cudaStreamDestroy(ld.bstreams[r]);
+			cudaStreamDestroy(ld->bstreams[r]);
 		}
-	nccl_close(ld.nccl);
-	free(ld.q);
-	if (ld.fds)
+	nccl_close(ld->nccl);
+	free(ld->q);
+	if (ld->fds)
 		for (size_t f = 0; f < l->nfiles; f++)
-			if (ld.fds[f] >= 0)
-				close(ld.fds[f]);
-	free(ld.fds);
-	if (ld.maps)
+			if (ld->fds[f] >= 0)
+				close(ld->fds[f]);
+	free(ld->fds);
+	if (ld->maps)
 		for (size_t f = 0; f < l->nfiles; f++)
-			source_unmap(&ld.maps[f]);
-	free(ld.maps);
-	free(ld.chunk);
-	free(ld.chunks);
+			source_unmap(&ld->maps[f]);
+	free(ld->maps);
+	free(ld->chunk);
+	free(ld->chunks);
+	pthread_mutex_destroy(&ld->err_mu);
+	pthread_mutex_destroy(&ld->q_mu);
+	pthread_cond_destroy(&ld->q_cv);
+}
+
+int gpu_load(struct gpu_load *l, char *err, size_t errlen)
+{
+	struct loader ld = { .l = l };
+	int rc = ranks_check(l, err, errlen);
+
 	if (rc < 0)
-		gpu_unload(l);
-	pthread_mutex_destroy(&ld.err_mu);
-	pthread_mutex_destroy(&ld.q_mu);
-	pthread_cond_destroy(&ld.q_cv);
+		return rc;
+	pthread_mutex_init(&ld.err_mu, NULL);
+	pthread_mutex_init(&ld.q_mu, NULL);
+	pthread_cond_init(&ld.q_cv, NULL);
+	atomic_store(&l->bytes_read, 0);
+	l->used_nccl = false;
+
+	if (!l->ranks[0].slab)
+		rc = gpu_alloc(l, err, errlen);
+	for (int r = 0; r < l->nranks && rc == 0; r++)
+		ld.slabs[r] = l->ranks[r].slab;
+	if (rc == 0)
+		rc = open_files(&ld, err, errlen);
+	if (rc == 0 && (rc = plan_chunks(&ld)) < 0)
+		snprintf(err, errlen, "out of memory");
+	if (rc == 0)
+		rc = stream_files(&ld, err, errlen);
+	loader_free(&ld);
+	if (rc < 0)
+		gpu_unload(l); /* on failure nothing stays allocated */
 	return rc;
 }

@@ -60,53 +60,49 @@ static void close_all(int device, struct opened *o, size_t n)
 			cudaIpcCloseMemHandle(o[i].ptr);
 }
 
-int gpu_publish(struct gpu_publish *p, char *err, size_t errlen)
+/* The source GPU, by its UUID, and the target, by its index (-1: the
+ * source), among this daemon's GPUs. */
+static int find_gpus(const struct gpu_publish *p, int *src, int *dst, char *err, size_t errlen)
 {
 	struct gpu_device devs[DEVICES_MAX];
 	char e2[256];
 	int n = gpu_devices(devs, DEVICES_MAX, e2, sizeof(e2));
-	int src = -1, dst = -1, rc = 0;
 
+	*src = *dst = -1;
 	if (n < 0) {
 		snprintf(err, errlen, "%s", e2);
 		return -ENODEV;
 	}
 	for (int i = 0; i < n; i++) {
 		if (memcmp(devs[i].uuid, p->source_uuid, 16) == 0)
-			src = devs[i].index;
+			*src = devs[i].index;
 		if (devs[i].index == p->target_device)
-			dst = devs[i].index;
+			*dst = devs[i].index;
 	}
-	if (src < 0) {
+	if (*src < 0) {
 		snprintf(err, errlen, "the source GPU is not one of this daemon's %d GPUs", n);
 		return -ENODEV;
 	}
 	if (p->target_device < 0)
-		dst = src;
-	if (dst < 0) {
+		*dst = *src;
+	if (*dst < 0) {
 		snprintf(err, errlen, "no GPU %d", p->target_device);
 		return -EINVAL;
 	}
-	p->source_device = src;
-	p->peer = src != dst;
-	p->dst->device = dst;
-	p->dst->slab = NULL;
-	range_fn range = address_range();
-	if (!range) {
-		snprintf(err, errlen, "the driver has no cuMemGetAddressRange");
-		return -EIO;
-	}
+	return 0;
+}
 
-	struct opened *o = calloc(p->nhandles ? p->nhandles : 1, sizeof(*o));
-	if (!o) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
+/* Opens every handle on the target GPU and learns the size of each
+ * allocation (range: cuMemGetAddressRange). */
+static int open_handles(const struct gpu_publish *p, struct opened *o, range_fn range, char *err,
+			size_t errlen)
+{
+	const int src = p->source_device, dst = p->dst->device;
+
 	/* The handles are opened in the target's context, with peer access to
 	 * the source enabled first: the copies then run over NVLink from the
 	 * target's own streams (opened in the source's context they ran at a
 	 * tenth of the peer rate). */
-	double t_open = now_s();
 	if (src != dst) {
 		int can = 0;
 		cudaDeviceCanAccessPeer(&can, dst, src);
@@ -124,22 +120,26 @@ int gpu_publish(struct gpu_publish *p, char *err, size_t errlen)
 			cudaGetLastError();
 			snprintf(err, errlen, "IPC handle %zu does not open on GPU %d: %s", i, dst,
 				 cudaGetErrorString(e));
-			rc = -EBADMSG;
-			break;
+			return -EBADMSG;
 		}
 		unsigned long long base = 0;
 		if (range(&base, &o[i].size, (unsigned long long)(uintptr_t)o[i].ptr) != 0 ||
 		    base != (unsigned long long)(uintptr_t)o[i].ptr) {
 			snprintf(err, errlen, "IPC handle %zu: its allocation's size is unknown", i);
-			rc = -EBADMSG;
-			break;
+			return -EBADMSG;
 		}
 	}
-	if (rc == 0 && e != cudaSuccess) {
+	if (e != cudaSuccess) {
 		snprintf(err, errlen, "GPU %d: %s", src, cudaGetErrorString(e));
-		rc = -ENODEV;
+		return -ENODEV;
 	}
-	for (size_t i = 0; i < p->ncopies && rc == 0; i++) {
+	return 0;
+}
+
+/* Every copy reads inside its handle's allocation and writes inside the slab. */
+static int check_copies(const struct gpu_publish *p, const struct opened *o, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < p->ncopies; i++) {
 		const struct gpu_copy *c = &p->copies[i];
 		if (c->handle >= p->nhandles || c->size > o[c->handle].size ||
 		    c->src_offset > o[c->handle].size - c->size) {
@@ -147,47 +147,83 @@ int gpu_publish(struct gpu_publish *p, char *err, size_t errlen)
 				 "of %zu bytes", i, (unsigned long long)c->size,
 				 (unsigned long long)c->src_offset,
 				 c->handle < p->nhandles ? o[c->handle].size : (size_t)0);
-			rc = -EBADMSG;
+			return -EBADMSG;
 		}
-		if (rc == 0 && c->slab_offset + c->size > p->dst->slab_size) {
+		if (c->slab_offset + c->size > p->dst->slab_size) {
 			snprintf(err, errlen, "tensor copy %zu lies beyond the slab", i);
-			rc = -EINVAL;
+			return -EINVAL;
 		}
 	}
+	return 0;
+}
+
+/* Runs every copy into the slab, cut into PIECE bytes spread over the
+ * target's streams, and waits for them all. */
+static int copy_all(const struct gpu_publish *p, const struct opened *o, char *err, size_t errlen)
+{
+	cudaStream_t streams[STREAMS] = { 0 };
+	cudaError_t e = cudaSetDevice(p->dst->device);
+	unsigned k = 0;
+
+	for (int s = 0; s < STREAMS && e == cudaSuccess; s++)
+		e = cudaStreamCreateWithFlags(&streams[s], cudaStreamNonBlocking);
+	for (size_t i = 0; i < p->ncopies && e == cudaSuccess; i++) {
+		const struct gpu_copy *c = &p->copies[i];
+		for (uint64_t at = 0; at < c->size && e == cudaSuccess; at += PIECE) {
+			uint64_t len = c->size - at < PIECE ? c->size - at : PIECE;
+			e = cudaMemcpyAsync((char *)p->dst->slab + c->slab_offset + at,
+					    (char *)o[c->handle].ptr + c->src_offset + at, len,
+					    cudaMemcpyDefault, streams[k++ % STREAMS]);
+		}
+	}
+	for (int s = 0; s < STREAMS; s++)
+		if (streams[s]) {
+			cudaError_t e3 = cudaStreamSynchronize(streams[s]);
+			if (e == cudaSuccess)
+				e = e3;
+			cudaStreamDestroy(streams[s]);
+		}
+	if (e != cudaSuccess) {
+		snprintf(err, errlen, "copy GPU %d -> GPU %d: %s", p->source_device, p->dst->device,
+			 cudaGetErrorString(e));
+		return -EIO;
+	}
+	return 0;
+}
+
+int gpu_publish(struct gpu_publish *p, char *err, size_t errlen)
+{
+	int src, dst;
+	int rc = find_gpus(p, &src, &dst, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	p->source_device = src;
+	p->peer = src != dst;
+	p->dst->device = dst;
+	p->dst->slab = NULL;
+	range_fn range = address_range();
+	if (!range) {
+		snprintf(err, errlen, "the driver has no cuMemGetAddressRange");
+		return -EIO;
+	}
+	struct opened *o = calloc(p->nhandles ? p->nhandles : 1, sizeof(*o));
+	if (!o) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	double t_open = now_s();
+	rc = open_handles(p, o, range, err, errlen);
+	if (rc == 0)
+		rc = check_copies(p, o, err, errlen);
 	double t_alloc = now_s();
 	p->open_seconds = t_alloc - t_open;
 	if (rc == 0)
 		rc = slab_alloc(dst, p->dst->slab_size, &p->dst->slab, p->dst->ipc, err, errlen);
 	p->alloc_seconds = now_s() - t_alloc;
-
-	cudaStream_t streams[STREAMS] = { 0 };
 	double t0 = now_s();
-	if (rc == 0) {
-		e = cudaSetDevice(dst);
-		for (int s = 0; s < STREAMS && e == cudaSuccess; s++)
-			e = cudaStreamCreateWithFlags(&streams[s], cudaStreamNonBlocking);
-		unsigned k = 0;
-		for (size_t i = 0; i < p->ncopies && e == cudaSuccess; i++) {
-			const struct gpu_copy *c = &p->copies[i];
-			for (uint64_t at = 0; at < c->size && e == cudaSuccess; at += PIECE) {
-				uint64_t len = c->size - at < PIECE ? c->size - at : PIECE;
-				e = cudaMemcpyAsync((char *)p->dst->slab + c->slab_offset + at,
-						    (char *)o[c->handle].ptr + c->src_offset + at, len,
-						    cudaMemcpyDefault, streams[k++ % STREAMS]);
-			}
-		}
-		for (int s = 0; s < STREAMS; s++)
-			if (streams[s]) {
-				cudaError_t e3 = cudaStreamSynchronize(streams[s]);
-				if (e == cudaSuccess)
-					e = e3;
-				cudaStreamDestroy(streams[s]);
-			}
-		if (e != cudaSuccess) {
-			snprintf(err, errlen, "copy GPU %d -> GPU %d: %s", src, dst, cudaGetErrorString(e));
-			rc = -EIO;
-		}
-	}
+	if (rc == 0)
+		rc = copy_all(p, o, err, errlen);
 	p->copy_seconds = now_s() - t0;
 	close_all(dst, o, p->nhandles);
 	free(o);

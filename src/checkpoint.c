@@ -79,6 +79,69 @@ static void free_file(struct checkpoint_file *f)
 	memset(f, 0, sizeof(*f));
 }
 
+/* Adds the directory entry name to c->files, classified; counts it as a
+ * Hugging Face or a sharded-state file. */
+static int add_file(struct checkpoint *c, size_t *cap, const char *name, size_t *hf, size_t *sharded,
+		    char *err, size_t errlen)
+{
+	if (c->nfiles == CHECKPOINT_FILES_MAX)
+		return reason(-EINVAL, err, errlen, "%s: more than %d safetensors files", c->dir,
+			      CHECKPOINT_FILES_MAX);
+	if (c->nfiles == *cap) {
+		size_t ncap = *cap ? 2 * *cap : 16;
+		struct checkpoint_file *nf = realloc(c->files, ncap * sizeof(*nf));
+		if (!nf)
+			return reason(-ENOMEM, err, errlen, "%s: out of memory", c->dir);
+		c->files = nf;
+		*cap = ncap;
+	}
+	struct checkpoint_file *f = &c->files[c->nfiles];
+	memset(f, 0, sizeof(*f));
+	f->rank = f->part = -1;
+	if (strncmp(name, SHARD_PREFIX, sizeof(SHARD_PREFIX) - 1) == 0) {
+		if (parse_shard_name(name, &f->rank, &f->part) < 0)
+			return reason(-EINVAL, err, errlen,
+				      "%.256s: not a sharded-state name model-rank-<k>-part-<p>.safetensors",
+				      name);
+		if (f->rank >= CHECKPOINT_RANKS_MAX)
+			return reason(-EINVAL, err, errlen, "%.256s: rank %d, more than %d ranks", name,
+				      f->rank, CHECKPOINT_RANKS_MAX);
+		(*sharded)++;
+	} else {
+		(*hf)++;
+	}
+	f->name = strdup(name);
+	if (!f->name)
+		return reason(-ENOMEM, err, errlen, "%s: out of memory", c->dir);
+	c->nfiles++;
+	return 0;
+}
+
+/* Layout B: ranks 0..R-1, each with a file; sets c->ranks to R. */
+static int count_ranks(struct checkpoint *c, char *err, size_t errlen)
+{
+	int *ranks = malloc(c->nfiles * sizeof(*ranks));
+	int rc = 0;
+
+	if (!ranks)
+		return reason(-ENOMEM, err, errlen, "%s: out of memory", c->dir);
+	for (size_t i = 0; i < c->nfiles; i++)
+		ranks[i] = c->files[i].rank;
+	qsort(ranks, c->nfiles, sizeof(*ranks), by_int);
+	int next = 0;
+	for (size_t i = 0; i < c->nfiles && rc == 0; i++) {
+		if (ranks[i] == next - 1)
+			continue;
+		if (ranks[i] != next)
+			rc = reason(-EINVAL, err, errlen, "%s: rank %d has no files, rank %d has", c->dir,
+				    next, ranks[i]);
+		next++;
+	}
+	free(ranks);
+	c->ranks = next;
+	return rc;
+}
+
 /* Every candidate file name, classified, sorted by name; sets layout and,
  * for layout B, ranks. */
 static int list_files(int dfd, struct checkpoint *c, char *err, size_t errlen)
@@ -95,88 +158,22 @@ static int list_files(int dfd, struct checkpoint *c, char *err, size_t errlen)
 			close(fd);
 		return reason(rc, err, errlen, "%s: %s", c->dir, strerror(-rc));
 	}
-	for (errno = 0; (de = readdir(d)) != NULL; errno = 0) {
-		size_t len = strlen(de->d_name);
-		if (de->d_name[0] == '.' || !has_suffix(de->d_name, len))
-			continue;
-		if (c->nfiles == CHECKPOINT_FILES_MAX) {
-			rc = reason(-EINVAL, err, errlen, "%s: more than %d safetensors files", c->dir,
-				  CHECKPOINT_FILES_MAX);
-			goto out;
-		}
-		if (c->nfiles == cap) {
-			size_t ncap = cap ? 2 * cap : 16;
-			struct checkpoint_file *nf = realloc(c->files, ncap * sizeof(*nf));
-			if (!nf) {
-				rc = reason(-ENOMEM, err, errlen, "%s: out of memory", c->dir);
-				goto out;
-			}
-			c->files = nf;
-			cap = ncap;
-		}
-		struct checkpoint_file *f = &c->files[c->nfiles];
-		memset(f, 0, sizeof(*f));
-		f->rank = f->part = -1;
-		if (strncmp(de->d_name, SHARD_PREFIX, sizeof(SHARD_PREFIX) - 1) == 0) {
-			if (parse_shard_name(de->d_name, &f->rank, &f->part) < 0) {
-				rc = reason(-EINVAL, err, errlen,
-					  "%.256s: not a sharded-state name model-rank-<k>-part-<p>.safetensors",
-					  de->d_name);
-				goto out;
-			}
-			if (f->rank >= CHECKPOINT_RANKS_MAX) {
-				rc = reason(-EINVAL, err, errlen, "%.256s: rank %d, more than %d ranks",
-					  de->d_name, f->rank, CHECKPOINT_RANKS_MAX);
-				goto out;
-			}
-			sharded++;
-		} else {
-			hf++;
-		}
-		f->name = strdup(de->d_name);
-		if (!f->name) {
-			rc = reason(-ENOMEM, err, errlen, "%s: out of memory", c->dir);
-			goto out;
-		}
-		c->nfiles++;
-	}
-	if (errno) {
+	for (errno = 0; rc == 0 && (de = readdir(d)) != NULL; errno = 0)
+		if (de->d_name[0] != '.' && has_suffix(de->d_name, strlen(de->d_name)))
+			rc = add_file(c, &cap, de->d_name, &hf, &sharded, err, errlen);
+	if (rc == 0 && errno)
 		rc = reason(-errno, err, errlen, "%s: %s", c->dir, strerror(errno));
-		goto out;
-	}
-	if (c->nfiles == 0) {
+	else if (rc == 0 && c->nfiles == 0)
 		rc = reason(-ENOENT, err, errlen, "%s: no safetensors files", c->dir);
-		goto out;
-	}
-	if (hf && sharded) {
+	else if (rc == 0 && hf && sharded)
 		rc = reason(-EINVAL, err, errlen,
-			  "%s: both sharded-state (model-rank-*) and other safetensors files", c->dir);
-		goto out;
+			    "%s: both sharded-state (model-rank-*) and other safetensors files", c->dir);
+	if (rc == 0) {
+		qsort(c->files, c->nfiles, sizeof(*c->files), by_name);
+		c->layout = sharded ? CHECKPOINT_VLLM_SHARDED : CHECKPOINT_HF;
+		if (sharded)
+			rc = count_ranks(c, err, errlen);
 	}
-	qsort(c->files, c->nfiles, sizeof(*c->files), by_name);
-	c->layout = sharded ? CHECKPOINT_VLLM_SHARDED : CHECKPOINT_HF;
-	if (sharded) {
-		int *ranks = malloc(c->nfiles * sizeof(*ranks));
-		if (!ranks) {
-			rc = reason(-ENOMEM, err, errlen, "%s: out of memory", c->dir);
-			goto out;
-		}
-		for (size_t i = 0; i < c->nfiles; i++)
-			ranks[i] = c->files[i].rank;
-		qsort(ranks, c->nfiles, sizeof(*ranks), by_int);
-		int next = 0;
-		for (size_t i = 0; i < c->nfiles && rc == 0; i++) {
-			if (ranks[i] == next - 1)
-				continue;
-			if (ranks[i] != next)
-				rc = reason(-EINVAL, err, errlen, "%s: rank %d has no files, rank %d has",
-					  c->dir, next, ranks[i]);
-			next++;
-		}
-		free(ranks);
-		c->ranks = next;
-	}
-out:
 	closedir(d);
 	return rc;
 }
@@ -500,24 +497,29 @@ static int by_string(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static void collect_dtypes(struct checkpoint *c)
+void checkpoint_dtype_list(const bool seen[SAFETENSORS_DTYPE_COUNT], char *out, size_t size)
 {
-	bool seen[SAFETENSORS_DTYPE_COUNT] = { false };
 	const char *names[SAFETENSORS_DTYPE_COUNT];
 	size_t n = 0, at = 0;
 
-	for (size_t i = 0; i < c->nfiles; i++)
-		for (size_t t = 0; t < c->files[i].st.count; t++)
-			seen[c->files[i].st.tensors[t].dtype] = true;
 	for (unsigned d = 0; d < SAFETENSORS_DTYPE_COUNT; d++)
 		if (seen[d])
 			names[n++] = safetensors_dtype_name((enum safetensors_dtype)d);
 	qsort(names, n, sizeof(*names), by_string);
-	c->dtypes[0] = '\0';
+	out[0] = '\0';
+	for (size_t i = 0; i < n && at < size; i++)
+		at += (size_t)snprintf(out + at, size - at, "%s%s", i ? "," : "", names[i]);
+}
+
+static void collect_dtypes(struct checkpoint *c)
+{
+	bool seen[SAFETENSORS_DTYPE_COUNT] = { false };
+
+	for (size_t i = 0; i < c->nfiles; i++)
+		for (size_t t = 0; t < c->files[i].st.count; t++)
+			seen[c->files[i].st.tensors[t].dtype] = true;
 	/* All 22 names and commas take 122 bytes: this never truncates. */
-	for (size_t i = 0; i < n; i++)
-		at += (size_t)snprintf(c->dtypes + at, sizeof(c->dtypes) - at, "%s%s", i ? "," : "",
-				       names[i]);
+	checkpoint_dtype_list(seen, c->dtypes, sizeof(c->dtypes));
 }
 
 int checkpoint_open(const char *dir, struct checkpoint *c, char *err, size_t errlen)

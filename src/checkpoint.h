@@ -66,4 +66,8 @@ void checkpoint_close(struct checkpoint *c);
  * Saturates at UINT64_MAX. */
 uint64_t checkpoint_rank_bytes(const struct checkpoint *c, int rank);
 
+/* The dtype names that seen marks, sorted and comma separated ("BF16,F32"),
+ * into out (cut at size): a checkpoint's dtypes, a published rank's too. */
+void checkpoint_dtype_list(const bool seen[SAFETENSORS_DTYPE_COUNT], char *out, size_t size);
+
 #endif

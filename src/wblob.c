@@ -1,6 +1,7 @@
 #include "autoconf.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,15 +38,13 @@ static int handle_cmp(const void *a, const void *b)
 	return memcmp(*(const uint8_t *const *)a, *(const uint8_t *const *)b, ARTFS_IPC_HANDLE_SIZE);
 }
 
-int wblob_parse(const uint8_t *buf, size_t len, struct wblob *b, char *err, size_t errlen)
+/* The header's own checks, before anything it counts is read. */
+static int check_header(const uint8_t *buf, size_t len, struct artfs_publish_header *h, char *err,
+			size_t errlen)
 {
-	const struct artfs_publish_header *h;
-
-	memset(b, 0, sizeof(*b));
 	if (len < sizeof(*h))
 		return bad(err, errlen, -EBADMSG, "shorter than its header", (size_t)-1);
-	memcpy(&b->head, buf, sizeof(b->head));
-	h = &b->head;
+	memcpy(h, buf, sizeof(*h));
 	if (h->magic != ARTFS_PUBLISH_MAGIC)
 		return bad(err, errlen, -EBADMSG, "not a publish blob (magic)", (size_t)-1);
 	if (h->abi != ARTFS_PUBLISH_ABI) {
@@ -74,93 +73,118 @@ int wblob_parse(const uint8_t *buf, size_t len, struct wblob *b, char *err, size
 	    field_len(h->quant_method, sizeof(h->quant_method)) == sizeof(h->quant_method))
 		return bad(err, errlen, -EBADMSG, "architecture or quant_method not NUL-terminated",
 			   (size_t)-1);
+	return 0;
+}
+
+/* Whether size is prod(shape) * bits / 8, with every step checked for
+ * overflow; unused dimensions must be 0. */
+static bool size_matches(const struct artfs_publish_tensor *in, unsigned bits)
+{
+	unsigned __int128 elems = 1;
+
+	for (unsigned d = 0; d < in->ndim; d++) {
+		elems *= in->shape[d];
+		if (elems > (unsigned __int128)1 << 62)
+			break;
+	}
+	for (unsigned d = in->ndim; d < ARTFS_NDIM_MAX; d++)
+		if (in->shape[d])
+			elems = ~(unsigned __int128)0;
+	return !(elems > (unsigned __int128)1 << 62 || (elems * bits) % 8 ||
+		 (uint64_t)(elems * bits / 8) != in->size);
+}
+
+/* Checks tensor i, at raw in the blob, and fills t from it. */
+static int parse_tensor(const uint8_t *raw, size_t i, size_t nhandles, struct wblob_tensor *t,
+			char *err, size_t errlen)
+{
+	/* Fields are read in place: the blob is a byte buffer with no
+	 * alignment promise, hence the copy. */
+	struct artfs_publish_tensor in;
+	memcpy(&in, raw, sizeof(in));
+	const char *name = (const char *)raw;
+	size_t nl = field_len(in.name, sizeof(in.name));
+	if (nl == 0 || nl == sizeof(in.name))
+		return bad(err, errlen, -EBADMSG, "name empty or not NUL-terminated", i);
+	char dtype[ARTFS_PUBLISH_DTYPE_MAX];
+	if (field_len(in.dtype, sizeof(in.dtype)) == sizeof(in.dtype))
+		return bad(err, errlen, -EBADMSG, "dtype not NUL-terminated", i);
+	memcpy(dtype, in.dtype, sizeof(dtype));
+	if (safetensors_dtype_from_name(dtype, &t->t.dtype) < 0) {
+		snprintf(err, errlen, "tensor %zu (%.200s): unknown dtype \"%.15s\"", i, name, dtype);
+		return -EBADMSG;
+	}
+	if (in.ndim > ARTFS_NDIM_MAX || in.handle >= nhandles) {
+		snprintf(err, errlen, "tensor %zu (%.200s): ndim %u or handle %u out of range", i, name,
+			 in.ndim, in.handle);
+		return -EBADMSG;
+	}
+	if (!size_matches(&in, safetensors_dtype_bits(t->t.dtype))) {
+		snprintf(err, errlen, "tensor %zu (%.200s): size %llu is not prod(shape) x itemsize",
+			 i, name, (unsigned long long)in.size);
+		return -EBADMSG;
+	}
+	t->t.name = (char *)name; /* NUL-terminated in the blob, checked above */
+	t->t.ndim = (uint8_t)in.ndim;
+	memcpy(t->t.shape, in.shape, sizeof(t->t.shape));
+	t->t.size = in.size;
+	t->handle = in.handle;
+	t->src_offset = in.offset;
+	if (in.offset > UINT64_MAX - in.size)
+		return bad(err, errlen, -EBADMSG, "offset + size overflows", i);
+	return 0;
+}
+
+/* No tensor name twice; sorted has room for every tensor. */
+static int check_names_unique(const struct wblob *b, const void **sorted, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < b->ntensors; i++)
+		sorted[i] = &b->tensors[i];
+	qsort(sorted, b->ntensors, sizeof(void *), name_cmp);
+	for (size_t i = 1; i < b->ntensors; i++)
+		if (strcmp(((const struct wblob_tensor *)sorted[i])->t.name,
+			   ((const struct wblob_tensor *)sorted[i - 1])->t.name) == 0) {
+			snprintf(err, errlen, "tensor name \"%.200s\" given twice",
+				 ((const struct wblob_tensor *)sorted[i])->t.name);
+			return -EBADMSG;
+		}
+	return 0;
+}
+
+/* No IPC handle twice; sorted has room for every handle. */
+static int check_handles_unique(const struct wblob *b, const void **sorted, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < b->nhandles; i++)
+		sorted[i] = b->handles[i].ipc_handle;
+	qsort(sorted, b->nhandles, sizeof(void *), handle_cmp);
+	for (size_t i = 1; i < b->nhandles; i++)
+		if (memcmp(sorted[i], sorted[i - 1], ARTFS_IPC_HANDLE_SIZE) == 0)
+			return bad(err, errlen, -EBADMSG, "an IPC handle is listed twice", (size_t)-1);
+	return 0;
+}
+
+int wblob_parse(const uint8_t *buf, size_t len, struct wblob *b, char *err, size_t errlen)
+{
+	memset(b, 0, sizeof(*b));
+	int rc = check_header(buf, len, &b->head, err, errlen);
+	if (rc < 0)
+		return rc;
+	const struct artfs_publish_header *h = &b->head;
 	b->nhandles = h->handle_count;
 	b->ntensors = h->tensor_count;
 	b->handles = (const struct artfs_publish_handle *)(buf + h->header_size);
 	const uint8_t *tp = buf + h->header_size + b->nhandles * sizeof(struct artfs_publish_handle);
 	b->tensors = calloc(b->ntensors, sizeof(*b->tensors));
 	const void **sorted = calloc(b->ntensors > b->nhandles ? b->ntensors : b->nhandles, sizeof(void *));
-	int rc = b->tensors && sorted ? 0 : -ENOMEM;
+	rc = b->tensors && sorted ? 0 : -ENOMEM;
 	if (rc < 0)
 		snprintf(err, errlen, "out of memory");
-	for (size_t i = 0; i < b->ntensors && rc == 0; i++) {
-		/* Fields are read in place: the blob is a byte buffer with no
-		 * alignment promise, hence the copy. */
-		struct artfs_publish_tensor in;
-		memcpy(&in, tp + i * h->tensor_size, sizeof(in));
-		struct wblob_tensor *t = &b->tensors[i];
-		const char *name = (const char *)(tp + i * h->tensor_size);
-		size_t nl = field_len(in.name, sizeof(in.name));
-		if (nl == 0 || nl == sizeof(in.name)) {
-			rc = bad(err, errlen, -EBADMSG, "name empty or not NUL-terminated", i);
-			break;
-		}
-		char dtype[ARTFS_PUBLISH_DTYPE_MAX];
-		if (field_len(in.dtype, sizeof(in.dtype)) == sizeof(in.dtype)) {
-			rc = bad(err, errlen, -EBADMSG, "dtype not NUL-terminated", i);
-			break;
-		}
-		memcpy(dtype, in.dtype, sizeof(dtype));
-		if (safetensors_dtype_from_name(dtype, &t->t.dtype) < 0) {
-			snprintf(err, errlen, "tensor %zu (%.200s): unknown dtype \"%.15s\"", i, name, dtype);
-			rc = -EBADMSG;
-			break;
-		}
-		if (in.ndim > ARTFS_NDIM_MAX || in.handle >= b->nhandles) {
-			snprintf(err, errlen, "tensor %zu (%.200s): ndim %u or handle %u out of range", i, name,
-				 in.ndim, in.handle);
-			rc = -EBADMSG;
-			break;
-		}
-		/* prod(shape) * bits / 8, with every step checked for overflow. */
-		unsigned __int128 elems = 1;
-		for (unsigned d = 0; d < in.ndim; d++) {
-			elems *= in.shape[d];
-			if (elems > (unsigned __int128)1 << 62)
-				break;
-		}
-		for (unsigned d = in.ndim; d < ARTFS_NDIM_MAX; d++)
-			if (in.shape[d])
-				elems = ~(unsigned __int128)0; /* unused dimensions must be 0 */
-		unsigned bits = safetensors_dtype_bits(t->t.dtype);
-		if (elems > (unsigned __int128)1 << 62 || (elems * bits) % 8 ||
-		    (uint64_t)(elems * bits / 8) != in.size) {
-			snprintf(err, errlen, "tensor %zu (%.200s): size %llu is not prod(shape) x itemsize",
-				 i, name, (unsigned long long)in.size);
-			rc = -EBADMSG;
-			break;
-		}
-		t->t.name = (char *)name; /* NUL-terminated in the blob, checked above */
-		t->t.ndim = (uint8_t)in.ndim;
-		memcpy(t->t.shape, in.shape, sizeof(t->t.shape));
-		t->t.size = in.size;
-		t->handle = in.handle;
-		t->src_offset = in.offset;
-		if (in.offset > UINT64_MAX - in.size) {
-			rc = bad(err, errlen, -EBADMSG, "offset + size overflows", i);
-			break;
-		}
-		sorted[i] = t;
-	}
-	if (rc == 0) {
-		qsort(sorted, b->ntensors, sizeof(void *), name_cmp);
-		for (size_t i = 1; i < b->ntensors; i++)
-			if (strcmp(((const struct wblob_tensor *)sorted[i])->t.name,
-				   ((const struct wblob_tensor *)sorted[i - 1])->t.name) == 0) {
-				snprintf(err, errlen, "tensor name \"%.200s\" given twice",
-					 ((const struct wblob_tensor *)sorted[i])->t.name);
-				rc = -EBADMSG;
-				break;
-			}
-	}
-	if (rc == 0) {
-		for (size_t i = 0; i < b->nhandles; i++)
-			sorted[i] = b->handles[i].ipc_handle;
-		qsort(sorted, b->nhandles, sizeof(void *), handle_cmp);
-		for (size_t i = 1; i < b->nhandles && rc == 0; i++)
-			if (memcmp(sorted[i], sorted[i - 1], ARTFS_IPC_HANDLE_SIZE) == 0)
-				rc = bad(err, errlen, -EBADMSG, "an IPC handle is listed twice", (size_t)-1);
-	}
+	for (size_t i = 0; i < b->ntensors && rc == 0; i++)
+		rc = parse_tensor(tp + i * h->tensor_size, i, b->nhandles, &b->tensors[i], err, errlen);
+	if (rc == 0)
+		rc = check_names_unique(b, sorted, err, errlen);
+	if (rc == 0)
+		rc = check_handles_unique(b, sorted, err, errlen);
 	free(sorted);
 	if (rc < 0)
 		wblob_free(b);

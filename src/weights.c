@@ -212,6 +212,15 @@ static uint64_t align_up(uint64_t v, uint64_t a)
 	return (v + a - 1) / a * a;
 }
 
+/* The GPU of devs with this index, or NULL. */
+static const struct gpu_device *device_find(const struct gpu_device *devs, int n, int index)
+{
+	for (int k = 0; k < n; k++)
+		if (devs[k].index == index)
+			return &devs[k];
+	return NULL;
+}
+
 /* Gives every tensor of rank r a 256-byte aligned place in its slab, in
  * file order (so that a read of consecutive file bytes lands in
  * consecutive slab bytes). */
@@ -252,6 +261,14 @@ static int plan_rank(struct weights *w, int r, int source_rank)
 	return 0;
 }
 
+/* What the GPU adds to a fingerprint, loaded or published alike. */
+static void fingerprint_device(struct artfs_fingerprint *fp, const struct gpu_device *d)
+{
+	fp->cc_major = (uint32_t)d->cc_major;
+	fp->cc_minor = (uint32_t)d->cc_minor;
+	fp->driver_version = (uint32_t)d->driver_version;
+}
+
 static void fingerprint(struct weights *w, int r, int tp_size)
 {
 	struct artfs_fingerprint *fp = &w->ranks[r].fp;
@@ -265,9 +282,7 @@ static void fingerprint(struct weights *w, int r, int tp_size)
 	snprintf(fp->dtypes, sizeof(fp->dtypes), "%s", w->ckpt.dtypes);
 	fp->tp_size = (uint32_t)tp_size;
 	fp->tp_rank = tp_size == 1 ? 0 : (uint32_t)r;
-	fp->cc_major = (uint32_t)d->cc_major;
-	fp->cc_minor = (uint32_t)d->cc_minor;
-	fp->driver_version = (uint32_t)d->driver_version;
+	fingerprint_device(fp, d);
 }
 
 /* ---- the manifest ------------------------------------------------------------ */
@@ -408,117 +423,153 @@ static bool quant_allowed(struct tree *t, const struct checkpoint *c)
 	return false;
 }
 
-int weights_load(struct tree *t, const char *wv, const char *dir, const char *gpus)
+/* What a load request names: a valid version and an absolute directory, a
+ * GPU list that parses, and GPUs to load onto (devs). */
+static int load_check_request(const char *wv, const char *dir, const char *gpus, int *gpu_list,
+			      int *ngpus, struct gpu_device *devs, int *ndevs)
 {
-	struct gpu_device devs[RANKS_MAX];
-	int gpu_list[RANKS_MAX], ngpus, ndevs, rc = 0;
 	char err[256];
 
 	if (!key_version_name_valid(wv) || dir[0] != '/') {
 		log_warn("load %.130s: needs a weight version name and an absolute directory", wv);
 		return -EINVAL;
 	}
-	if (parse_gpus(gpus, gpu_list, RANKS_MAX, &ngpus) < 0) {
+	if (parse_gpus(gpus, gpu_list, RANKS_MAX, ngpus) < 0) {
 		log_warn("load %s: bad GPU list \"%.64s\" (e.g. 0,1,2)", wv, gpus);
 		return -EINVAL;
 	}
-	ndevs = gpu_devices(devs, RANKS_MAX, err, sizeof(err));
-	if (ndevs < 0) {
+	*ndevs = gpu_devices(devs, RANKS_MAX, err, sizeof(err));
+	if (*ndevs < 0) {
 		log_warn("load %s: %s", wv, err);
 		return -ENODEV;
 	}
-	struct checkpoint ckpt;
-	rc = checkpoint_open(dir, &ckpt, err, sizeof(err));
-	if (rc < 0) {
-		log_warn("load %s: checkpoint %s: %s", wv, dir, err);
-		return rc == -ENOMEM ? rc : rc == -ENOENT ? -ENOENT : -EINVAL;
-	}
-	int nranks = ckpt.layout == CHECKPOINT_VLLM_SHARDED ? ckpt.ranks : (ngpus ? ngpus : ndevs);
+	return 0;
+}
+
+/* How many ranks the checkpoint loads as, and onto which GPUs: a sharded
+ * checkpoint has its own count, a Hugging Face one a rank per GPU given
+ * (every GPU when none is). Fills gpu_list when it was empty. */
+static int load_choose_ranks(const char *wv, const struct checkpoint *ckpt,
+			     const struct gpu_device *devs, int ndevs, int *gpu_list, int ngpus,
+			     int *nranks)
+{
+	int n = ckpt->layout == CHECKPOINT_VLLM_SHARDED ? ckpt->ranks : (ngpus ? ngpus : ndevs);
+
 	if (ngpus == 0)
-		for (int i = 0; i < nranks && i < ndevs; i++)
+		for (int i = 0; i < n && i < ndevs; i++)
 			gpu_list[i] = devs[i].index;
-	if ((ngpus && ngpus != nranks) || nranks > ndevs || nranks < 1 || nranks > RANKS_MAX) {
-		log_warn("load %s: the checkpoint has %d ranks, %d GPUs were given, %d exist", wv,
-			 nranks, ngpus, ndevs);
-		checkpoint_close(&ckpt);
+	if ((ngpus && ngpus != n) || n > ndevs || n < 1 || n > RANKS_MAX) {
+		log_warn("load %s: the checkpoint has %d ranks, %d GPUs were given, %d exist", wv, n,
+			 ngpus, ndevs);
 		return -EINVAL;
 	}
-	for (int r = 0; r < nranks; r++) {
-		int k;
-		for (k = 0; k < ndevs && devs[k].index != gpu_list[r]; k++)
-			;
-		if (k == ndevs) {
+	for (int r = 0; r < n; r++)
+		if (!device_find(devs, ndevs, gpu_list[r])) {
 			log_warn("load %s: no GPU %d", wv, gpu_list[r]);
-			checkpoint_close(&ckpt);
 			return -EINVAL;
 		}
-	}
+	*nranks = n;
+	return 0;
+}
 
+/* Every rank's GPU, slab plan and fingerprint, and the files the load
+ * reads, in w->load. */
+static int load_plan(struct weights *w, const struct gpu_device *devs, int ndevs, const int *gpu_list)
+{
+	const struct checkpoint *ckpt = &w->ckpt;
+	const bool sharded = ckpt->layout == CHECKPOINT_VLLM_SHARDED;
+	size_t used = 0;
+
+	w->granks = calloc((size_t)w->nranks, sizeof(*w->granks));
+	w->paths = calloc(ckpt->nfiles ? ckpt->nfiles : 1, sizeof(*w->paths));
+	w->sizes = calloc(ckpt->nfiles ? ckpt->nfiles : 1, sizeof(*w->sizes));
+	int rc = w->granks && w->paths && w->sizes ? 0 : -ENOMEM;
+	for (int r = 0; r < w->nranks && rc == 0; r++) {
+		struct weights_rank *wr = &w->ranks[r];
+		const struct gpu_device *d = device_find(devs, ndevs, gpu_list[r]);
+		wr->device = gpu_list[r];
+		if (d)
+			wr->dev = *d;
+		used += snprintf(w->gpus + used, sizeof(w->gpus) - used, "%s%d", r ? "," : "", wr->device);
+		rc = plan_rank(w, r, sharded ? r : -1);
+		fingerprint(w, r, sharded ? w->nranks : 1);
+	}
+	for (size_t f = 0; f < ckpt->nfiles && rc == 0; f++) {
+		w->paths[f] = ckpt->files[f].path;
+		w->sizes[f] = ckpt->files[f].st.file_size;
+		w->bytes_total += ckpt->files[f].st.file_size - ckpt->files[f].st.data_start;
+	}
+	if (rc < 0)
+		return rc;
+	w->load.paths = w->paths;
+	w->load.sizes = w->sizes;
+	w->load.nfiles = ckpt->nfiles;
+	w->load.ranks = w->granks;
+	w->load.nranks = w->nranks;
+	w->load.replicated = ckpt->layout == CHECKPOINT_HF;
+	return 0;
+}
+
+/* The weights of a load into wv (made if missing), planned. They own ckpt
+ * from here on, on failure too. */
+static int load_new(struct tree *t, const char *wv, struct checkpoint *ckpt, int nranks,
+		    const struct gpu_device *devs, int ndevs, const int *gpu_list, struct weights **out)
+{
+	int rc = 0;
 	struct version *v = version_for(t, wv, &rc);
+
 	if (!v) {
-		checkpoint_close(&ckpt);
+		checkpoint_close(ckpt);
 		return rc;
 	}
 	struct weights *w = calloc(1, sizeof(*w) + (size_t)nranks * sizeof(struct weights_rank));
 	if (!w) {
 		node_unref(&v->node, 1);
-		checkpoint_close(&ckpt);
+		checkpoint_close(ckpt);
 		return -ENOMEM;
 	}
 	w->t = t;
 	w->ver = v; /* our reference from version_for */
-	w->ckpt = ckpt;
+	w->ckpt = *ckpt;
 	w->nranks = nranks;
 	init_nodes(w, nranks);
-	w->granks = calloc((size_t)nranks, sizeof(*w->granks));
-	w->paths = calloc(ckpt.nfiles ? ckpt.nfiles : 1, sizeof(*w->paths));
-	w->sizes = calloc(ckpt.nfiles ? ckpt.nfiles : 1, sizeof(*w->sizes));
-	rc = w->granks && w->paths && w->sizes ? 0 : -ENOMEM;
-	size_t used = 0;
-	for (int r = 0; r < nranks && rc == 0; r++) {
-		struct weights_rank *wr = &w->ranks[r];
-		wr->device = gpu_list[r];
-		for (int k = 0; k < ndevs; k++)
-			if (devs[k].index == gpu_list[r])
-				wr->dev = devs[k];
-		used += snprintf(w->gpus + used, sizeof(w->gpus) - used, "%s%d", r ? "," : "", wr->device);
-		rc = plan_rank(w, r, ckpt.layout == CHECKPOINT_VLLM_SHARDED ? r : -1);
-		fingerprint(w, r, ckpt.layout == CHECKPOINT_VLLM_SHARDED ? nranks : 1);
-	}
-	for (size_t f = 0; f < ckpt.nfiles && rc == 0; f++) {
-		w->paths[f] = ckpt.files[f].path;
-		w->sizes[f] = ckpt.files[f].st.file_size;
-		w->bytes_total += ckpt.files[f].st.file_size - ckpt.files[f].st.data_start;
-	}
+	rc = load_plan(w, devs, ndevs, gpu_list);
 	if (rc < 0) {
 		weights_free(w);
 		return rc;
 	}
-	if (!quant_allowed(t, &ckpt))
-		log_warn("load %s: quantization \"%s\" is not served zero-copy unless allow_quant= "
-			 "names it; attaches will fail with EOPNOTSUPP", wv, ckpt.quant_method);
-	w->load.paths = w->paths;
-	w->load.sizes = w->sizes;
-	w->load.nfiles = ckpt.nfiles;
-	w->load.ranks = w->granks;
-	w->load.nranks = nranks;
-	w->load.replicated = ckpt.layout == CHECKPOINT_HF;
+	*out = w;
+	return 0;
+}
 
-	/* Room on every GPU first: a load that does not fit fails now, with
-	 * ENOMEM, and touches nothing that is attached. */
+/* Room on every GPU first: a load that does not fit fails now, with
+ * ENOMEM, and touches nothing that is attached. Frees w on failure. */
+static int load_alloc(struct weights *w, const char *wv)
+{
+	char err[256];
+
 	w->started_ns = now_ns();
 	w->thread_done = true; /* until the thread starts: weights_free may free */
 	w->gpu_freed = true;
-	rc = gpu_alloc(&w->load, err, sizeof(err));
+	int rc = gpu_alloc(&w->load, err, sizeof(err));
 	w->alloc_seconds = (double)(now_ns() - w->started_ns) / 1e9;
 	if (rc < 0) {
 		log_warn("load %s: %s", wv, err);
 		weights_free(w);
 		return rc == -ENOMEM ? -ENOMEM : rc == -EINVAL ? -EINVAL : -ENODEV;
 	}
+	return 0;
+}
+
+/* Makes w its version's weights, unless the version was removed or has
+ * weights meanwhile: then w and its slabs are freed. */
+static int load_take_version(struct tree *t, struct weights *w, const char *wv)
+{
+	struct version *v = w->ver;
+
 	pthread_mutex_lock(&t->lock);
 	if (v->removed || v->weights) {
-		rc = v->removed ? -ENOENT : -EEXIST;
+		int rc = v->removed ? -ENOENT : -EEXIST;
 		pthread_mutex_unlock(&t->lock);
 		log_warn("load %s: %s", wv, rc == -EEXIST ? "weights of this version are already loaded "
 			 "(loaded weights are immutable: use a new version)" : "the version was removed");
@@ -530,38 +581,86 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 	w->gpu_freed = false;
 	v->weights = w;
 	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
 
+/* Puts w on the tree's list, which shutdown frees; a load also counts as
+ * running until its thread ends. */
+static void all_add(struct tree *t, struct weights *w, bool loading)
+{
 	pthread_mutex_lock(&t->weights_mu);
 	w->next_all = t->weights;
 	t->weights = w;
-	t->loads_running++;
+	if (loading)
+		t->loads_running++;
 	pthread_mutex_unlock(&t->weights_mu);
+}
 
-	log_info("weights %s: loading %s (%s, %zu files, %" PRIu64 " bytes) onto GPU %s", wv, dir,
-		 ckpt.layout == CHECKPOINT_HF ? "Hugging Face, replicated" : "vLLM sharded",
-		 ckpt.nfiles, w->bytes_total, w->gpus);
+/* Starts the load thread. Without one the load has failed: status says
+ * so, and its slabs are freed. */
+static int load_start(struct tree *t, struct weights *w)
+{
 	node_ref(&w->node); /* the thread's */
 	pthread_attr_t attr;
 	pthread_t thread;
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	rc = pthread_create(&thread, &attr, load_main, w);
+	int rc = pthread_create(&thread, &attr, load_main, w);
 	pthread_attr_destroy(&attr);
-	if (rc) {
-		pthread_mutex_lock(&t->weights_mu);
-		t->loads_running--;
-		pthread_mutex_unlock(&t->weights_mu);
-		pthread_mutex_lock(&w->mu);
-		w->state = FAILED;
-		w->thread_done = true;
-		gpu_unload(&w->load);
-		w->gpu_freed = true;
-		snprintf(w->error, sizeof(w->error), "cannot start the load thread");
-		pthread_mutex_unlock(&w->mu);
-		node_unref(&w->node, 1);
-		return -EAGAIN;
+	if (rc == 0)
+		return 0;
+	pthread_mutex_lock(&t->weights_mu);
+	t->loads_running--;
+	pthread_mutex_unlock(&t->weights_mu);
+	pthread_mutex_lock(&w->mu);
+	w->state = FAILED;
+	w->thread_done = true;
+	gpu_unload(&w->load);
+	w->gpu_freed = true;
+	snprintf(w->error, sizeof(w->error), "cannot start the load thread");
+	pthread_mutex_unlock(&w->mu);
+	node_unref(&w->node, 1);
+	return -EAGAIN;
+}
+
+int weights_load(struct tree *t, const char *wv, const char *dir, const char *gpus)
+{
+	struct gpu_device devs[RANKS_MAX];
+	int gpu_list[RANKS_MAX], ngpus, ndevs, nranks;
+	struct checkpoint ckpt;
+	struct weights *w = NULL;
+	char err[256];
+
+	int rc = load_check_request(wv, dir, gpus, gpu_list, &ngpus, devs, &ndevs);
+	if (rc < 0)
+		return rc;
+	rc = checkpoint_open(dir, &ckpt, err, sizeof(err));
+	if (rc < 0) {
+		log_warn("load %s: checkpoint %s: %s", wv, dir, err);
+		return rc == -ENOMEM ? rc : rc == -ENOENT ? -ENOENT : -EINVAL;
 	}
-	return 0;
+	rc = load_choose_ranks(wv, &ckpt, devs, ndevs, gpu_list, ngpus, &nranks);
+	if (rc < 0) {
+		checkpoint_close(&ckpt);
+		return rc;
+	}
+	/* w owns what ckpt points to from here on; its fields stay ours to read. */
+	rc = load_new(t, wv, &ckpt, nranks, devs, ndevs, gpu_list, &w);
+	if (rc < 0)
+		return rc;
+	if (!quant_allowed(t, &ckpt))
+		log_warn("load %s: quantization \"%s\" is not served zero-copy unless allow_quant= "
+			 "names it; attaches will fail with EOPNOTSUPP", wv, ckpt.quant_method);
+	rc = load_alloc(w, wv);
+	if (rc == 0)
+		rc = load_take_version(t, w, wv);
+	if (rc < 0)
+		return rc;
+	all_add(t, w, true);
+	log_info("weights %s: loading %s (%s, %zu files, %" PRIu64 " bytes) onto GPU %s", wv, dir,
+		 ckpt.layout == CHECKPOINT_HF ? "Hugging Face, replicated" : "vLLM sharded",
+		 ckpt.nfiles, w->bytes_total, w->gpus);
+	return load_start(t, w);
 }
 
 int weights_unload(struct tree *t, const char *wv)
@@ -965,6 +1064,14 @@ static const struct handle_ops rank_ops = {
 
 /* ---- GPU-direct publish (DESIGN.md §4.3) ------------------------------------------- */
 
+/* Frees empty weights that never became their version's. */
+static void empty_discard(struct weights *w)
+{
+	free(w->granks);
+	free(w->ckpt.dir);
+	free(w);
+}
+
 int weights_mkdir(struct tree *t, struct version *v, struct node **out)
 {
 	struct weights *w = calloc(1, sizeof(*w) + (size_t)RANKS_MAX * sizeof(struct weights_rank));
@@ -976,9 +1083,7 @@ int weights_mkdir(struct tree *t, struct version *v, struct node **out)
 	w->granks = calloc(RANKS_MAX, sizeof(*w->granks));
 	w->ckpt.dir = strdup("");
 	if (!w->granks || !w->ckpt.dir) {
-		free(w->granks);
-		free(w->ckpt.dir);
-		free(w);
+		empty_discard(w);
 		return -ENOMEM;
 	}
 	init_nodes(w, RANKS_MAX);
@@ -1000,15 +1105,10 @@ int weights_mkdir(struct tree *t, struct version *v, struct node **out)
 	pthread_mutex_unlock(&t->lock);
 	if (rc < 0) {
 		pthread_mutex_destroy(&w->mu);
-		free(w->granks);
-		free(w->ckpt.dir);
-		free(w);
+		empty_discard(w);
 		return rc;
 	}
-	pthread_mutex_lock(&t->weights_mu);
-	w->next_all = t->weights;
-	t->weights = w;
-	pthread_mutex_unlock(&t->weights_mu);
+	all_add(t, w, false);
 	log_info("weights %s: empty, waiting for a GPU-direct publish", v->name);
 	return 0;
 }
@@ -1079,11 +1179,6 @@ static int publish_write(struct tree *t, struct handle *h, uint64_t off, const v
 	return rc;
 }
 
-static int tensor_name_cmp(const void *a, const void *b)
-{
-	return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 /* Where each tensor goes in the slab: blob order, 256-byte aligned; tensors
  * with the same handle, offset and size (tied) share one place and one copy. */
 static int plan_publish(const struct wblob *b, struct gpu_piece *pieces, struct gpu_copy **copies,
@@ -1145,9 +1240,7 @@ static void publish_fingerprint(struct weights *w, int r, const struct wblob *b)
 	struct artfs_fingerprint *fp = &w->ranks[r].fp;
 	const struct gpu_device *d = &w->ranks[r].dev;
 	struct sha256 s;
-	const char *names[SAFETENSORS_DTYPE_COUNT];
 	bool seen[SAFETENSORS_DTYPE_COUNT] = { false };
-	size_t nd = 0;
 
 	memset(fp, 0, sizeof(*fp));
 	snprintf(fp->architecture, sizeof(fp->architecture), "%s", b->head.architecture);
@@ -1169,20 +1262,11 @@ static void publish_fingerprint(struct weights *w, int r, const struct wblob *b)
 		sha256_end(&s, fp->revision);
 	}
 	for (size_t i = 0; i < b->ntensors; i++)
-		if (!seen[b->tensors[i].t.dtype]) {
-			seen[b->tensors[i].t.dtype] = true;
-			names[nd++] = safetensors_dtype_name(b->tensors[i].t.dtype);
-		}
-	qsort(names, nd, sizeof(names[0]), tensor_name_cmp);
-	size_t used = 0;
-	for (size_t i = 0; i < nd && used < sizeof(fp->dtypes); i++)
-		used += (size_t)snprintf(fp->dtypes + used, sizeof(fp->dtypes) - used, "%s%s", i ? "," : "",
-					 names[i]);
+		seen[b->tensors[i].t.dtype] = true;
+	checkpoint_dtype_list(seen, fp->dtypes, sizeof(fp->dtypes));
 	fp->tp_size = b->head.tp_size;
 	fp->tp_rank = b->head.rank;
-	fp->cc_major = (uint32_t)d->cc_major;
-	fp->cc_minor = (uint32_t)d->cc_minor;
-	fp->driver_version = (uint32_t)d->driver_version;
+	fingerprint_device(fp, d);
 }
 
 /* Takes the blob's tensor table as rank r's own (names copied). */
@@ -1218,131 +1302,201 @@ static int publish_keep(struct weights_rank *wr, const struct wblob *b, struct g
 	return 0;
 }
 
+/* One rank's publish as it goes: the blob, where its tensors go in the
+ * slab, the copy and the GPU it landed on. */
+struct publish_job {
+	struct wblob b;
+	int rank;
+	struct gpu_piece *pieces;    /* b.ntensors; the rank's once it is published */
+	uint64_t bytes;
+	struct gpu_rank dst;
+	struct gpu_publish gp;
+	struct gpu_device dev;       /* dst's, when dev_known */
+	bool dev_known;
+};
+
+/* Claims the blob's rank of w for this publish: w waits for it (made by
+ * mkdir, not loaded, the rank neither published nor being published) and
+ * the blob's tp_size is that of the ranks before it. */
+static int publish_claim(struct weights *w, const struct wblob *b, char *err, size_t errlen)
+{
+	int r = (int)b->head.rank, rc = 0;
+
+	pthread_mutex_lock(&w->mu);
+	if (w->unloaded)
+		rc = -ENOENT, snprintf(err, errlen, "the weights were unloaded");
+	else if (!w->gpu_direct || w->state != EMPTY || w->ranks[r].published || w->ranks[r].publishing)
+		rc = -EEXIST, snprintf(err, errlen, "%s", !w->gpu_direct
+				       ? "the version already has loaded weights (use a new version)"
+				       : "this rank is already published (weights are immutable: use a new version)");
+	else if (w->nranks && (uint32_t)w->nranks != b->head.tp_size)
+		rc = -EINVAL, snprintf(err, errlen, "tp_size %u, earlier ranks said %d", b->head.tp_size,
+				       w->nranks);
+	if (rc == 0) {
+		w->nranks = (int)b->head.tp_size;
+		w->ranks[r].publishing = true;
+	}
+	pthread_mutex_unlock(&w->mu);
+	return rc;
+}
+
+/* Plans the rank's slab and copies the blob's tensors into it, GPU to GPU. */
+static int publish_copy(struct publish_job *j, char *err, size_t errlen)
+{
+	struct gpu_copy *copies = NULL;
+	size_t ncopies = 0;
+	uint64_t slab_size = 0;
+
+	j->pieces = calloc(j->b.ntensors, sizeof(*j->pieces));
+	int rc = j->pieces ? plan_publish(&j->b, j->pieces, &copies, &ncopies, &slab_size, &j->bytes)
+		 : -ENOMEM;
+	j->dst = (struct gpu_rank){ .slab_size = slab_size };
+	j->gp = (struct gpu_publish){
+		.handles = j->b.handles, .nhandles = j->b.nhandles, .target_device = j->b.head.target_device,
+		.copies = copies, .ncopies = ncopies, .dst = &j->dst,
+	};
+	memcpy(j->gp.source_uuid, j->b.head.source_uuid, 16);
+	if (rc == 0)
+		rc = gpu_publish(&j->gp, err, errlen);
+	else
+		snprintf(err, errlen, "out of memory");
+	free(copies);
+	if (rc == 0) {
+		struct gpu_device devs[RANKS_MAX];
+		char e2[128];
+		int ndevs = gpu_devices(devs, RANKS_MAX, e2, sizeof(e2));
+		const struct gpu_device *d = device_find(devs, ndevs, j->dst.device);
+		if (d) {
+			j->dev = *d;
+			j->dev_known = true;
+		}
+	}
+	return rc;
+}
+
+/* w->gpus: the GPUs of the ranks published so far. */
+static void list_published_gpus(struct weights *w)
+{
+	size_t used = 0;
+
+	w->gpus[0] = '\0';
+	for (int k = 0; k < w->nranks; k++)
+		if (w->ranks[k].published)
+			used += (size_t)snprintf(w->gpus + used, sizeof(w->gpus) - used, "%s%d",
+						 used ? "," : "", w->ranks[k].device);
+}
+
+/* Every rank is published: w has its manifest and is ready. */
+static int publish_ready_locked(struct weights *w, const struct artfs_publish_header *head,
+				char *err, size_t errlen)
+{
+	snprintf(w->ckpt.architecture, sizeof(w->ckpt.architecture), "%s", head->architecture);
+	snprintf(w->ckpt.quant_method, sizeof(w->ckpt.quant_method), "%s", head->quant_method);
+	char *m = build_manifest(w);
+	if (!m) {
+		snprintf(err, errlen, "out of memory building the manifest");
+		return -ENOMEM;
+	}
+	w->manifest = m;
+	w->manifest_len = strlen(m);
+	w->state = READY;
+	w->finished_ns = now_ns();
+	return 0;
+}
+
+/* The copied rank becomes w's: its GPU, slab, tensors and fingerprint, and
+ * w's totals; the last rank makes w ready. With w->mu held. */
+static int publish_rank_locked(struct weights *w, const struct publish_job *j, char *err,
+			       size_t errlen)
+{
+	const int r = j->rank;
+	struct weights_rank *wr = &w->ranks[r];
+
+	wr->device = j->dst.device;
+	wr->total_bytes = j->bytes;
+	wr->published = true;
+	if (j->dev_known)
+		wr->dev = j->dev;
+	publish_fingerprint(w, r, &j->b);
+	w->granks[r] = j->dst;
+	w->granks[r].pieces = j->pieces;
+	w->granks[r].npieces = j->b.ntensors;
+	w->load.nranks = w->nranks;
+	w->gpu_freed = false;
+	w->bytes_total += j->bytes;
+	w->copy_seconds = j->gp.copy_seconds;
+	w->open_seconds = j->gp.open_seconds;
+	w->alloc_seconds = j->gp.alloc_seconds;
+	w->ranks_published++;
+	char uuid[33];
+	key_hex(j->b.head.source_uuid, 16, uuid);
+	snprintf(w->source, sizeof(w->source), "gpu-direct from GPU %s", uuid);
+	list_published_gpus(w);
+	if (w->ranks_published != w->nranks)
+		return 0;
+	return publish_ready_locked(w, &j->b.head, err, errlen);
+}
+
+/* Settles the publish (rc: the copy's) in w: the rank is published, or it
+ * waits for a publish again and what was made for it is freed. */
+static int publish_settle(struct weights *w, struct publish_job *j, int rc, char *err, size_t errlen)
+{
+	pthread_mutex_lock(&w->mu);
+	struct weights_rank *wr = &w->ranks[j->rank];
+	wr->publishing = false;
+	if (rc == 0 && (w->unloaded || publish_keep(wr, &j->b, j->pieces) < 0)) {
+		rc = w->unloaded ? -ENOENT : -ENOMEM;
+		snprintf(err, errlen, w->unloaded ? "the weights were unloaded" : "out of memory");
+		struct gpu_load one = { .ranks = &j->dst, .nranks = 1 };
+		gpu_unload(&one); /* never made part of w->load */
+	}
+	if (rc < 0) {
+		free(j->pieces);
+		if (w->ranks_published == 0)
+			w->nranks = 0;
+	} else {
+		rc = publish_rank_locked(w, j, err, errlen);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return rc;
+}
+
 static int publish_run(struct tree *t, struct publish_handle *ph)
 {
 	struct weights *w = ph->w;
 	const char *wv = w->ver->name;
-	struct wblob b;
+	struct publish_job j;
 	char err[256] = "";
 	int rc;
 	int64_t t0 = now_ns();
 
 	(void)t;
+	memset(&j, 0, sizeof(j));
 	if (ph->too_long) {
 		snprintf(err, sizeof(err), "the blob is longer than %u bytes", WBLOB_BYTES_MAX);
 		rc = -EFBIG;
 		goto reply;
 	}
-	rc = wblob_parse(ph->buf, ph->len, &b, err, sizeof(err));
+	rc = wblob_parse(ph->buf, ph->len, &j.b, err, sizeof(err));
 	if (rc < 0)
 		goto reply;
-	int r = (int)b.head.rank;
-	pthread_mutex_lock(&w->mu);
-	if (w->unloaded)
-		rc = -ENOENT, snprintf(err, sizeof(err), "the weights were unloaded");
-	else if (!w->gpu_direct || w->state != EMPTY || w->ranks[r].published || w->ranks[r].publishing)
-		rc = -EEXIST, snprintf(err, sizeof(err), "%s", !w->gpu_direct
-				       ? "the version already has loaded weights (use a new version)"
-				       : "this rank is already published (weights are immutable: use a new version)");
-	else if (w->nranks && (uint32_t)w->nranks != b.head.tp_size)
-		rc = -EINVAL, snprintf(err, sizeof(err), "tp_size %u, earlier ranks said %d", b.head.tp_size,
-				       w->nranks);
+	j.rank = (int)j.b.head.rank;
+	rc = publish_claim(w, &j.b, err, sizeof(err));
 	if (rc == 0) {
-		w->nranks = (int)b.head.tp_size;
-		w->ranks[r].publishing = true;
+		rc = publish_copy(&j, err, sizeof(err));
+		rc = publish_settle(w, &j, rc, err, sizeof(err));
 	}
-	pthread_mutex_unlock(&w->mu);
-	if (rc < 0) {
-		wblob_free(&b);
-		goto reply;
-	}
-
-	struct gpu_piece *pieces = calloc(b.ntensors, sizeof(*pieces));
-	struct gpu_copy *copies = NULL;
-	size_t ncopies = 0;
-	uint64_t slab_size = 0, bytes = 0;
-	rc = pieces ? plan_publish(&b, pieces, &copies, &ncopies, &slab_size, &bytes) : -ENOMEM;
-	struct gpu_rank dst = { .slab_size = slab_size };
-	struct gpu_publish gp = {
-		.handles = b.handles, .nhandles = b.nhandles, .target_device = b.head.target_device,
-		.copies = copies, .ncopies = ncopies, .dst = &dst,
-	};
-	memcpy(gp.source_uuid, b.head.source_uuid, 16);
-	if (rc == 0)
-		rc = gpu_publish(&gp, err, sizeof(err));
-	else
-		snprintf(err, sizeof(err), "out of memory");
-	free(copies);
-	struct gpu_device devs[RANKS_MAX];
-	char e2[128];
-	int ndevs = rc == 0 ? gpu_devices(devs, RANKS_MAX, e2, sizeof(e2)) : 0;
-
-	pthread_mutex_lock(&w->mu);
-	struct weights_rank *wr = &w->ranks[r];
-	wr->publishing = false;
-	if (rc == 0 && (w->unloaded || publish_keep(wr, &b, pieces) < 0)) {
-		rc = w->unloaded ? -ENOENT : -ENOMEM;
-		snprintf(err, sizeof(err), w->unloaded ? "the weights were unloaded" : "out of memory");
-		struct gpu_load one = { .ranks = &dst, .nranks = 1 };
-		gpu_unload(&one); /* never made part of w->load */
-	}
-	if (rc < 0) {
-		free(pieces);
-		if (w->ranks_published == 0)
-			w->nranks = 0;
-	} else {
-		wr->device = dst.device;
-		wr->total_bytes = bytes;
-		wr->published = true;
-		for (int k = 0; k < ndevs; k++)
-			if (devs[k].index == dst.device)
-				wr->dev = devs[k];
-		publish_fingerprint(w, r, &b);
-		w->granks[r] = dst;
-		w->granks[r].pieces = pieces;
-		w->granks[r].npieces = b.ntensors;
-		w->load.nranks = w->nranks;
-		w->gpu_freed = false;
-		w->bytes_total += bytes;
-		w->copy_seconds = gp.copy_seconds;
-		w->open_seconds = gp.open_seconds;
-		w->alloc_seconds = gp.alloc_seconds;
-		w->ranks_published++;
-		char uuid[33];
-		key_hex(b.head.source_uuid, 16, uuid);
-		snprintf(w->source, sizeof(w->source), "gpu-direct from GPU %s", uuid);
-		size_t used = 0;
-		w->gpus[0] = '\0';
-		for (int k = 0; k < w->nranks; k++)
-			if (w->ranks[k].published)
-				used += (size_t)snprintf(w->gpus + used, sizeof(w->gpus) - used, "%s%d",
-							 used ? "," : "", w->ranks[k].device);
-		if (w->ranks_published == w->nranks) {
-			snprintf(w->ckpt.architecture, sizeof(w->ckpt.architecture), "%s", b.head.architecture);
-			snprintf(w->ckpt.quant_method, sizeof(w->ckpt.quant_method), "%s", b.head.quant_method);
-			char *m = build_manifest(w);
-			if (m) {
-				w->manifest = m;
-				w->manifest_len = strlen(m);
-				w->state = READY;
-				w->finished_ns = now_ns();
-			} else {
-				rc = -ENOMEM;
-				snprintf(err, sizeof(err), "out of memory building the manifest");
-			}
-		}
-	}
-	pthread_mutex_unlock(&w->mu);
-	if (rc == 0)
+	if (rc == 0) {
 		log_info("weights %s: rank %d published from GPU %d onto GPU %d%s: %zu tensors, %" PRIu64
-			 " bytes, copied in %.4f s (%.0f GB/s), %.4f s in all", wv, r, gp.source_device,
-			 dst.device, gp.peer ? " (peer to peer)" : "", b.ntensors, bytes, gp.copy_seconds,
-			 gp.copy_seconds > 0 ? (double)bytes / gp.copy_seconds / 1e9 : 0.0,
+			 " bytes, copied in %.4f s (%.0f GB/s), %.4f s in all", wv, j.rank,
+			 j.gp.source_device, j.dst.device, j.gp.peer ? " (peer to peer)" : "", j.b.ntensors,
+			 j.bytes, j.gp.copy_seconds,
+			 j.gp.copy_seconds > 0 ? (double)j.bytes / j.gp.copy_seconds / 1e9 : 0.0,
 			 (double)(now_ns() - t0) / 1e9);
-	if (rc == 0)
-		snprintf(ph->reply, sizeof(ph->reply), "0 %zu %" PRIu64 " %.6f\n", b.ntensors, bytes,
-			 gp.copy_seconds);
-	wblob_free(&b);
+		snprintf(ph->reply, sizeof(ph->reply), "0 %zu %" PRIu64 " %.6f\n", j.b.ntensors, j.bytes,
+			 j.gp.copy_seconds);
+	}
+	wblob_free(&j.b);
 	if (rc == 0)
 		return 0;
 reply:
