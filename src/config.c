@@ -138,7 +138,7 @@ const struct config_option config_options[] = {
 	  .arg = "SIZE", .help = "bytes of one published object" },
 	{ .name = "materialize_max", .kind = CONFIG_SIZE, .offset = FIELD(materialize_max),
 	  .derived = quarter_capacity,
-	  .arg = "SIZE", .help = "bytes open .materialize and .get files may hold at once\n"
+	  .arg = "SIZE", .help = "bytes open .materialize, .get and .put files may hold at once\n"
 	  "                           (default capacity/4, at least 64M)" },
 	{ .name = "ttl", .kind = CONFIG_SECONDS, .offset = FIELD(ttl), .initial = "3600",
 	  .arg = "SECONDS", .help = "idle time before a version is collected, 0 = never" },
@@ -168,6 +168,9 @@ const struct config_option config_options[] = {
 	  .arg = "N", .help = "group shown for every entry (default: the daemon's)" },
 	{ .name = "umask", .kind = CONFIG_OCTAL, .offset = FIELD(umask), .initial = "022",
 	  .arg = "OCTAL", .help = "mode bits removed from every entry" },
+	{ .name = "resend", .kind = CONFIG_BOOL, .offset = FIELD(resend), .initial = "1",
+	  .arg = "0|1", .help = "after a daemon dies, the next has the kernel send again what it\n"
+	  "                           had read (1); 0 answers those requests EIO" },
 };
 #undef FIELD
 const size_t config_option_count = sizeof(config_options) / sizeof(config_options[0]);
@@ -255,6 +258,12 @@ static int set_value(struct artfs_config *c, const struct config_option *o, cons
 	case CONFIG_OCTAL:
 		if (parse_uint(value, 8, 0777, &n) < 0) {
 			snprintf(err, errlen, "%s=%s: not an octal mode", o->name, value);
+			return -EINVAL;
+		}
+		break;
+	case CONFIG_BOOL:
+		if (parse_uint(value, 10, 1, &n) < 0) {
+			snprintf(err, errlen, "%s=%s: not 0 or 1", o->name, value);
 			return -EINVAL;
 		}
 		break;
@@ -347,6 +356,7 @@ static void render_value(FILE *f, const struct artfs_config *c, const struct con
 	}
 	case CONFIG_SIZE:
 	case CONFIG_SECONDS:
+	case CONFIG_BOOL:
 		fprintf(f, "%" PRIu64, *(const uint64_t *)field);
 		break;
 	case CONFIG_ID:

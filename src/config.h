@@ -36,6 +36,7 @@ struct artfs_config {
 	uid_t uid;            /* uid=        owner shown for every entry */
 	gid_t gid;            /* gid= */
 	mode_t umask;         /* umask=      applied to directory and file modes */
+	uint64_t resend;      /* resend=     1: a new daemon has the kernel resend what a dead one read */
 	char *mountpoint;     /* informational, for .artfs/config */
 	struct config_weights *weights;
 	unsigned nweights;
@@ -43,7 +44,9 @@ struct artfs_config {
 	unsigned given;       /* bits given anywhere (command line or file) */
 };
 
-enum config_kind { CONFIG_PATH, CONFIG_TEXT, CONFIG_SIZE, CONFIG_SECONDS, CONFIG_ID, CONFIG_OCTAL };
+enum config_kind {
+	CONFIG_PATH, CONFIG_TEXT, CONFIG_SIZE, CONFIG_SECONDS, CONFIG_ID, CONFIG_OCTAL, CONFIG_BOOL
+};
 
 enum config_flag {
 	CONFIG_REQUIRED = 1 << 0,     /* never unset: an empty value is refused */
