@@ -121,6 +121,15 @@ void handles_release_all(struct tree *t)
 	}
 }
 
+void buffer_slice(const void *buf, size_t len, uint64_t off, size_t size, const void **data,
+		  size_t *out_len)
+{
+	size_t at = off < len ? (size_t)off : len;
+
+	*data = buf ? (const char *)buf + at : "";
+	*out_len = len - at < size ? len - at : size;
+}
+
 /* ---- versions ---------------------------------------------------------------- */
 
 struct version *version_find(struct tree *t, const char *name)
@@ -273,10 +282,7 @@ void transaction_result_free(struct tree *t, struct transaction_result *r)
 void transaction_result_slice(const struct transaction_result *r, uint64_t off, size_t size,
 			      const void **data, size_t *len)
 {
-	size_t at = off < r->len ? (size_t)off : r->len;
-
-	*data = r->bytes ? (const void *)(r->bytes + at) : (const void *)"";
-	*len = r->len - at < size ? r->len - at : size;
+	buffer_slice(r->bytes, r->len, off, size, data, len);
 }
 
 int request_text_append(struct tree *t, struct request_text *rt, uint64_t off, const void *buf,

@@ -134,6 +134,11 @@ struct handle {
 	struct handle *prev, *next; /* every open handle, released at shutdown */
 };
 
+/* What a read of size bytes at off returns of the len bytes at buf (NULL
+ * when there are none): where it starts and how many. */
+void buffer_slice(const void *buf, size_t len, uint64_t off, size_t size, const void **data,
+		  size_t *out_len);
+
 /* Bytes of I/O that a request may do on the thread reading requests. */
 #define HANDLE_QUICK_BYTES (256u << 10)
 

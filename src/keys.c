@@ -45,8 +45,7 @@ static int key_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
 	pthread_mutex_unlock(&kr->mu);
 	if (kr->error)
 		return kr->error;
-	*data = kr->buf + (off < kr->len ? off : kr->len);
-	*len = off >= kr->len ? 0 : (kr->len - off < size ? kr->len - (size_t)off : size);
+	buffer_slice(kr->buf, kr->len, off, size, data, len);
 	return 0;
 }
 

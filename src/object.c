@@ -446,13 +446,7 @@ static int object_read(struct tree *t, struct handle *h, uint64_t off, size_t si
 	pthread_mutex_unlock(&rd->mu);
 	if (rd->error)
 		return rd->error;
-	if (off >= rd->len) {
-		*len = 0;
-		*data = rd->data;
-		return 0;
-	}
-	*data = rd->data + off;
-	*len = rd->len - off < size ? rd->len - (size_t)off : size;
+	buffer_slice(rd->data, rd->len, off, size, data, len);
 	return 0;
 }
 
