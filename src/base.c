@@ -227,11 +227,6 @@ void version_object_key_bin(const struct version *v, const uint8_t *hash, size_t
 	key_sha256_decode(key + sizeof(ARTFS_KEY_PREFIX) - 1, out);
 }
 
-void version_store_path(const struct version *v, const char *name, char out[STORE_PATH_MAX])
-{
-	store_object_path(name, v->keyonly, out);
-}
-
 bool transaction_memory_take(struct tree *t, uint64_t len)
 {
 	uint64_t held = atomic_load(&t->materialize_held);

@@ -231,10 +231,6 @@ void version_object_key(const struct version *v, const uint8_t *hash, size_t len
 void version_object_key_bin(const struct version *v, const uint8_t *hash, size_t len,
 			    uint8_t out[32]);
 
-/* Where the object of v named name lies in v's store directory
- * (store_object_path: the key-only version's objects are sharded). */
-void version_store_path(const struct version *v, const char *name, char out[STORE_PATH_MAX]);
-
 /* The name of errno e (positive) in the result lines of batch and publish
  * files ("EEXIST"): those DESIGN.md gives and the few artfs adds; any
  * other is "EIO". */

@@ -83,10 +83,7 @@ static int read_header(struct tree *t, struct version *ver, int fd, const struct
 
 static int open_stored(struct tree *t, struct version *ver, const char *name, struct stat *st)
 {
-	char path[STORE_PATH_MAX];
-
-	version_store_path(ver, name, path);
-	int fd = store_object_open(ver->dirfd, path, st);
+	int fd = store_object_open(ver->dirfd, ver->keyonly, name, st);
 
 	if (fd < 0 && fd != -ENOENT && !resource_error(fd))
 		return corrupt(t, ver, name, store_open_error(fd));
@@ -244,9 +241,7 @@ int object_envelope_size(struct tree *t, struct object *o, uint64_t *size)
 	if (*size != OBJECT_SIZE_UNKNOWN)
 		return 0;
 	object_name(o, name); /* counted at a restart, not yet sized */
-	char path[STORE_PATH_MAX];
-	version_store_path(o->ver, name, path);
-	int rc = store_object_stat(o->ver->dirfd, path, &st);
+	int rc = store_object_stat(o->ver->dirfd, o->ver->keyonly, name, &st);
 	if (rc < 0)
 		return rc == -ENOENT ? rc : corrupt(t, o->ver, name, "not a regular file");
 	*size = (uint64_t)st.st_size;

@@ -477,12 +477,9 @@ static int adopt(struct tree *t, struct publish *u, struct object *old)
 		t->bytes_used += bytes;
 		old->ver->bytes += bytes;
 	}
-	char from_path[STORE_PATH_MAX], to_path[STORE_PATH_MAX];
-	version_store_path(old->ver, from, from_path);
-	version_store_path(u->ver, u->name, to_path);
-	if (renameat(old->ver->dirfd, from_path, u->ver->dirfd, to_path) < 0)
-		rc = -errno;
-	else {
+	rc = store_object_move(old->ver->dirfd, old->ver->keyonly, from, u->ver->dirfd,
+			       u->ver->keyonly, u->name);
+	if (rc == 0) {
 		/* o stands for old's file now: old's header, which may be laid
 		 * out otherwise than this publish's (unknown: learned at a read) */
 		memcpy(o->head_digest, old->head_digest, sizeof(o->head_digest));
@@ -565,9 +562,7 @@ static int commit(struct tree *t, struct publish *u)
 static int link_into_place(struct tree *t, struct publish *u)
 {
 	struct stat st;
-	char path[STORE_PATH_MAX];
-	version_store_path(u->ver, u->name, path);
-	int rc = store_tmp_link(u->ver->dirfd, &u->tmp, path);
+	int rc = store_tmp_link(u->ver->dirfd, u->ver->keyonly, &u->tmp, u->name);
 
 	if (rc == -EEXIST)
 		return count_existing(t, -EEXIST);
@@ -607,9 +602,7 @@ static int index_locked(struct tree *t, struct publish *u)
 static int indexed(struct tree *t, struct publish *u, int rc)
 {
 	if (rc < 0) {
-		char path[STORE_PATH_MAX];
-		version_store_path(u->ver, u->name, path);
-		store_object_remove(u->ver->dirfd, path);
+		store_object_remove(u->ver->dirfd, u->ver->keyonly, u->name);
 		return fail(t, u, rc, "out of memory while indexing");
 	}
 	counter_inc(&t->metrics.publishes);
