@@ -148,6 +148,46 @@ static void load_one(void *ctx, size_t i)
 	w->error = object_load_envelope(l->t, w->o, l->out + w->at, (size_t)w->size);
 }
 
+/* Every envelope asked into the result, back to back; every object is
+ * verified before the first byte is served: ENOENT, then EIO. */
+static int serve(struct tree *t, struct transaction *x, struct wanted *w, size_t n)
+{
+	uint64_t total = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (w[i].fetched)
+			w[i].size = w[i].fetched_len;
+		else
+			rc = object_envelope_size(t, w[i].o, &w[i].size);
+		w[i].at = total;
+		total += w[i].size;
+	}
+	if (rc < 0)
+		return rc;
+	rc = transaction_result_make(t, x, (size_t)total);
+	if (rc < 0)
+		return rc;
+	struct loading l = { .t = t, .w = w, .out = x->out.bytes };
+	parallel_for(n, 8, PARALLEL_THREADS_MAX, load_one, &l);
+	int first = 0;
+	for (size_t i = 0; i < n; i++) {
+		int e = w[i].error;
+		if (e && (!first || (e == -ENOENT && first != -ENOENT)))
+			first = e;
+	}
+	if (first) {
+		transaction_result_free(t, &x->out);
+		rc = first == -ENOENT || first == -ENOMEM || first == -EMFILE || first == -ENFILE
+			     ? first : -EIO;
+		return transaction_fail(x, rc, "%zu keys asked: not served", n);
+	}
+	x->out.len = (size_t)total;
+	for (size_t i = 0; i < n; i++)
+		version_touch(w[i].o->ver);
+	return 0;
+}
+
 static int run(struct tree *t, struct transaction *x)
 {
 	uint8_t (*keys)[32] = NULL;
@@ -165,50 +205,16 @@ static int run(struct tree *t, struct transaction *x)
 	if (missing < n && t->remote) {
 		/* Every local miss from the cluster, one pipelined round per node. */
 		rc = fetch_misses(t, keys, w, n);
-		if (rc < 0)
-			goto out;
-		missing = resolve(t, keys, w, n);
+		if (rc == 0)
+			missing = resolve(t, keys, w, n);
 	}
-	char hex[65];
-	uint64_t total = 0;
-	if (missing < n) {
+	if (rc == 0 && missing < n) {
+		char hex[65];
 		key_hex(keys[missing], 32, hex);
 		rc = transaction_fail(x, -ENOENT, "key %zu (%s) does not exist", missing, hex);
-		goto out;
 	}
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		if (w[i].fetched)
-			w[i].size = w[i].fetched_len;
-		else
-			rc = object_envelope_size(t, w[i].o, &w[i].size);
-		w[i].at = total;
-		total += w[i].size;
-	}
-	if (rc < 0)
-		goto out;
-	rc = transaction_result_make(t, x, (size_t)total);
-	if (rc < 0)
-		goto out;
-	/* Every object verified before the first byte: ENOENT, then EIO. */
-	struct loading l = { .t = t, .w = w, .out = x->out.bytes };
-	parallel_for(n, 8, PARALLEL_THREADS_MAX, load_one, &l);
-	int first = 0;
-	for (size_t i = 0; i < n; i++) {
-		int e = w[i].error;
-		if (e && (!first || (e == -ENOENT && first != -ENOENT)))
-			first = e;
-	}
-	if (first) {
-		transaction_result_free(t, &x->out);
-		rc = first == -ENOENT || first == -ENOMEM || first == -EMFILE || first == -ENFILE
-			     ? first : -EIO;
-		transaction_fail(x, rc, "%zu keys asked: not served", n);
-		goto out;
-	}
-	x->out.len = (size_t)total;
-	for (size_t i = 0; i < n; i++)
-		version_touch(w[i].o->ver);
-out:
+	if (rc == 0)
+		rc = serve(t, x, w, n);
 	for (size_t i = 0; i < n; i++) {
 		if (w[i].o)
 			node_unref(&w[i].o->node, 1);

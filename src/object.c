@@ -69,24 +69,6 @@ static int check_identity(struct tree *t, struct version *ver, const char *name,
 	return 0;
 }
 
-/* Reads and checks the header of an open store file. */
-static int read_header(struct tree *t, struct version *ver, int fd, const struct stat *st,
-		       const char *name, const uint8_t *hash, size_t hash_len, struct envelope *env)
-{
-	char detail[160];
-	uint8_t head[ENVELOPE_HEADER_BYTES_MAX];
-
-	if (st->st_size < ENVELOPE_PREFIX_LEN)
-		return corrupt(t, ver, name, "too short to be an envelope");
-	size_t want = (uint64_t)st->st_size < sizeof(head) ? (size_t)st->st_size : sizeof(head);
-	if (store_pread_all(fd, head, want, 0) < 0)
-		return corrupt(t, ver, name, "short read");
-	enum envelope_error why = envelope_parse(head, want, env, detail, sizeof(detail));
-	if (why)
-		return corrupt(t, ver, name, detail);
-	return check_identity(t, ver, name, hash, hash_len, env, (uint64_t)st->st_size);
-}
-
 static int open_stored(struct tree *t, struct version *ver, const char *name, struct stat *st)
 {
 	int fd = store_object_open(ver->dirfd, ver->keyonly, name, st);
@@ -96,19 +78,46 @@ static int open_stored(struct tree *t, struct version *ver, const char *name, st
 	return fd;
 }
 
-int object_read_meta(struct tree *t, struct version *ver, const uint8_t *hash, size_t hash_len,
-		     struct envelope *env)
+/* Opens the stored <ver>/<hash> (name: its name, filled in) and reads and
+ * checks its header: the open fd, or a negative errno. */
+static int open_header(struct tree *t, struct version *ver, const uint8_t *hash, size_t hash_len,
+		       char name[ARTFS_HASH_HEX_MAX + 1], struct envelope *env)
 {
-	char name[ARTFS_HASH_HEX_MAX + 1];
+	char detail[160];
+	uint8_t head[ENVELOPE_HEADER_BYTES_MAX];
 	struct stat st;
 
 	key_hex(hash, hash_len, name);
 	int fd = open_stored(t, ver, name, &st);
 	if (fd < 0)
 		return fd;
-	int rc = read_header(t, ver, fd, &st, name, hash, hash_len, env);
+	int rc;
+	size_t want = (uint64_t)st.st_size < sizeof(head) ? (size_t)st.st_size : sizeof(head);
+	if (st.st_size < ENVELOPE_PREFIX_LEN)
+		rc = corrupt(t, ver, name, "too short to be an envelope");
+	else if (store_pread_all(fd, head, want, 0) < 0)
+		rc = corrupt(t, ver, name, "short read");
+	else if (envelope_parse(head, want, env, detail, sizeof(detail)))
+		rc = corrupt(t, ver, name, detail);
+	else
+		rc = check_identity(t, ver, name, hash, hash_len, env, (uint64_t)st.st_size);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+int object_read_meta(struct tree *t, struct version *ver, const uint8_t *hash, size_t hash_len,
+		     struct envelope *env)
+{
+	char name[ARTFS_HASH_HEX_MAX + 1];
+	int fd = open_header(t, ver, hash, hash_len, name, env);
+
+	if (fd < 0)
+		return fd;
 	close(fd);
-	return rc;
+	return 0;
 }
 
 /* Where the header's payload_sha256 is, and its digest; 0 when it is
@@ -292,13 +301,11 @@ int object_verify(struct tree *t, struct version *ver, const uint8_t *hash, size
 	struct sha256 sha;
 	uint8_t digest[32];
 
-	key_hex(hash, hash_len, name);
-	struct stat st;
-	int fd = open_stored(t, ver, name, &st);
+	int fd = open_header(t, ver, hash, hash_len, name, &env);
 	if (fd < 0)
 		return fd;
-	int rc = read_header(t, ver, fd, &st, name, hash, hash_len, &env);
-	if (rc == 0 && !envelope_same(&env, expect))
+	int rc = 0;
+	if (!envelope_same(&env, expect))
 		rc = corrupt(t, ver, name, "it changed while the request was served");
 	off_t at = ENVELOPE_PREFIX_LEN + (off_t)env.header_len;
 	uint8_t *chunk = NULL;

@@ -114,6 +114,24 @@ static int open_tmp_dirs(struct store *s, char *err, size_t errlen)
 	return 0;
 }
 
+/* <store>/<name>, made if missing (mode 0700) and opened without following
+ * links: fd, or -errno with why in err. */
+static int top_dir(struct store *s, const char *name, char *err, size_t errlen)
+{
+	if (mkdirat(s->root_fd, name, 0700) < 0 && errno != EEXIST) {
+		int e = errno;
+		snprintf(err, errlen, "store %s: cannot create %s/: %s", s->path, name, strerror(e));
+		return -e;
+	}
+	int fd = openat(s->root_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		snprintf(err, errlen, "store %s: %s/: %s", s->path, name, strerror(e));
+		return -e;
+	}
+	return fd;
+}
+
 int store_open(struct store *s, const char *path, char *err, size_t errlen)
 {
 	struct stat st;
@@ -161,26 +179,14 @@ int store_open(struct store *s, const char *path, char *err, size_t errlen)
 	rc = lock_store(s, err, errlen);
 	if (rc < 0)
 		goto fail;
-	if (mkdirat(s->root_fd, "v", 0700) < 0 && errno != EEXIST) {
-		rc = -errno;
-		snprintf(err, errlen, "store %s: cannot create v/: %s", path, strerror(errno));
-		goto fail;
-	}
-	s->versions_fd = openat(s->root_fd, "v", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	s->versions_fd = top_dir(s, "v", err, errlen);
 	if (s->versions_fd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "store %s: v/: %s", path, strerror(errno));
+		rc = s->versions_fd;
 		goto fail;
 	}
-	if (mkdirat(s->root_fd, "trash", 0700) < 0 && errno != EEXIST) {
-		rc = -errno;
-		snprintf(err, errlen, "store %s: cannot create trash/: %s", path, strerror(errno));
-		goto fail;
-	}
-	s->trash_fd = openat(s->root_fd, "trash", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	s->trash_fd = top_dir(s, "trash", err, errlen);
 	if (s->trash_fd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "store %s: trash/: %s", path, strerror(errno));
+		rc = s->trash_fd;
 		goto fail;
 	}
 	rc = open_tmp_dirs(s, err, errlen);
