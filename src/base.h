@@ -193,7 +193,6 @@ struct transaction_result {
 	size_t map;         /* bytes mapped and charged */
 };
 
-
 /* The text a transaction file's writes send (a .materialize request, the
  * keys of a .get), grown as it comes and charged to materialize_max=. */
 struct request_text {

@@ -303,14 +303,15 @@ static void run_pass(struct job *j, enum pass pass)
 
 /* The first failure of a pass, by precedence: a missing object, then the
  * daemon's own resources, then a corrupt object. 0 if none. */
-static int pass_error(struct mat *m, const struct materialize_request *req,
-		      const struct slot *slots)
+static int pass_error(const struct job *j)
 {
+	const struct materialize_request *req = j->req;
+	struct transaction *x = &j->m->x;
 	char name[ARTFS_HASH_HEX_MAX + 1];
 
 	for (int pass = 0; pass < 3; pass++)
 		for (size_t i = 0; i < req->count; i++) {
-			int e = slots[i].error;
+			int e = j->slots[i].error;
 			bool hit = pass == 0 ? e == -ENOENT
 				 : pass == 1 ? (e == -ENOMEM || e == -EMFILE || e == -ENFILE)
 				 : e != 0;
@@ -318,10 +319,11 @@ static int pass_error(struct mat *m, const struct materialize_request *req,
 				continue;
 			key_hex(req->blocks[i].hash, req->blocks[i].len, name);
 			if (pass == 0)
-				return transaction_fail(&m->x, -ENOENT, "object %zu (%s) does not exist", i, name);
+				return transaction_fail(x, -ENOENT, "object %zu (%s) does not exist", i,
+							name);
 			if (pass == 1)
-				return transaction_fail(&m->x, e, "object %zu (%s): out of resources", i, name);
-			return transaction_fail(&m->x, -EIO, "object %zu (%s) cannot be served", i, name);
+				return transaction_fail(x, e, "object %zu (%s): out of resources", i, name);
+			return transaction_fail(x, -EIO, "object %zu (%s) cannot be served", i, name);
 		}
 	return 0;
 }
@@ -404,14 +406,16 @@ static int resolve(struct job *j)
 		int rc = fetch_misses(t, m, req, seen, j->fetched, j->fetched_len);
 		if (rc < 0) {
 			free(seen);
-			return transaction_fail(&m->x, rc, "objects missing here could not be fetched from the cluster");
+			return transaction_fail(&m->x, rc, "objects missing here could not be fetched "
+						"from the cluster");
 		}
 		missing = find_all(t, m, req, seen);
 	}
 	if (missing < req->count) {
 		free(seen);
 		key_hex(req->blocks[missing].hash, req->blocks[missing].len, name);
-		return transaction_fail(&m->x, -ENOENT, "object %zu (%s) does not exist", missing, name);
+		return transaction_fail(&m->x, -ENOENT, "object %zu (%s) does not exist", missing,
+					name);
 	}
 	qsort(seen, req->count, sizeof(*seen), by_object); /* the same object side by side */
 	j->distinct = 0;
@@ -435,10 +439,10 @@ static int refuse_repeat(struct job *j)
 	j->which = j->distinct_at;
 	j->count = j->distinct;
 	run_pass(j, PASS_HEADERS);
-	int rc = pass_error(j->m, j->req, j->slots);
+	int rc = pass_error(j);
 	if (!rc) {
 		run_pass(j, PASS_VERIFY);
-		rc = pass_error(j->m, j->req, j->slots);
+		rc = pass_error(j);
 	}
 	if (!rc)
 		rc = transaction_fail(&j->m->x, -EBADMSG, "object %zu repeats object %zu", j->repeat,
@@ -463,7 +467,7 @@ static int check_layout(struct job *j, uint64_t *token_end)
 	if (bad == 0)
 		return 0;
 	run_pass(j, PASS_VERIFY);
-	int rc = pass_error(j->m, req, j->slots);
+	int rc = pass_error(j);
 	return rc ? rc : transaction_fail(&j->m->x, bad, "%s", err);
 }
 
@@ -494,7 +498,7 @@ static int assemble(struct job *j, uint64_t token_end)
 	}
 	j->out = m->x.out.bytes;
 	run_pass(j, PASS_LOAD);
-	rc = pass_error(m, j->req, slots);
+	rc = pass_error(j);
 	if (rc) {
 		transaction_result_free(j->t, &m->x.out);
 		return rc;
@@ -511,7 +515,7 @@ static int build(struct job *j)
 
 	j->count = j->req->count;
 	run_pass(j, PASS_HEADERS);
-	int rc = pass_error(j->m, j->req, j->slots);
+	int rc = pass_error(j);
 	if (!rc)
 		rc = check_layout(j, &token_end);
 	return rc ? rc : assemble(j, token_end);
