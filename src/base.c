@@ -1,6 +1,8 @@
 #include "autoconf.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +123,15 @@ void handles_release_all(struct tree *t)
 	}
 }
 
+void buffer_slice(const void *buf, size_t len, uint64_t off, size_t size, const void **data,
+		  size_t *out_len)
+{
+	size_t at = off < len ? (size_t)off : len;
+
+	*data = buf ? (const char *)buf + at : "";
+	*out_len = len - at < size ? len - at : size;
+}
+
 /* ---- versions ---------------------------------------------------------------- */
 
 struct version *version_find(struct tree *t, const char *name)
@@ -218,11 +229,6 @@ void version_object_key_bin(const struct version *v, const uint8_t *hash, size_t
 	key_sha256_decode(key + sizeof(ARTFS_KEY_PREFIX) - 1, out);
 }
 
-void version_store_path(const struct version *v, const char *name, char out[STORE_PATH_MAX])
-{
-	store_object_path(name, v->keyonly, out);
-}
-
 bool transaction_memory_take(struct tree *t, uint64_t len)
 {
 	uint64_t held = atomic_load(&t->materialize_held);
@@ -239,7 +245,9 @@ void transaction_memory_give(struct tree *t, uint64_t len)
 	atomic_fetch_sub(&t->materialize_held, len);
 }
 
-int transaction_result_map(struct tree *t, struct transaction_result *r, size_t size)
+/* Maps size bytes for r (nothing for 0): 0, -EDQUOT when materialize_max=
+ * has no room for them, -ENOMEM when the system has none. */
+static int result_map(struct tree *t, struct transaction_result *r, size_t size)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	size_t map = (size + page - 1) / page * page;
@@ -270,17 +278,24 @@ void transaction_result_free(struct tree *t, struct transaction_result *r)
 	r->len = r->map = 0;
 }
 
-void transaction_result_slice(const struct transaction_result *r, uint64_t off, size_t size,
-			      const void **data, size_t *len)
+int transaction_result_make(struct tree *t, struct transaction *x, size_t size)
 {
-	size_t at = off < r->len ? (size_t)off : r->len;
+	int rc = result_map(t, &x->out, size);
 
-	*data = r->bytes ? (const void *)(r->bytes + at) : (const void *)"";
-	*len = r->len - at < size ? r->len - at : size;
+	if (rc == -EDQUOT) {
+		counter_inc(&t->metrics.materialize_refused);
+		return transaction_fail(x, -ENOMEM, "a %zu-byte result would exceed materialize_max=%"
+					PRIu64 " (%" PRIu64 " bytes held by open .materialize files)",
+					size, t->cfg->materialize_max,
+					atomic_load(&t->materialize_held));
+	}
+	if (rc < 0)
+		return transaction_fail(x, -ENOMEM, "no memory for a %zu-byte result", size);
+	return 0;
 }
 
-int request_text_append(struct tree *t, struct request_text *rt, uint64_t off, const void *buf,
-			size_t len, size_t max)
+static int request_text_append(struct tree *t, struct request_text *rt, uint64_t off,
+			       const void *buf, size_t len, size_t max)
 {
 	if (off != rt->len)
 		return -EINVAL;
@@ -307,11 +322,69 @@ int request_text_append(struct tree *t, struct request_text *rt, uint64_t off, c
 	return (int)len;
 }
 
-void request_text_free(struct tree *t, struct request_text *rt)
+static void request_text_free(struct tree *t, struct request_text *rt)
 {
 	transaction_memory_give(t, rt->cap);
 	free(rt->text);
 	memset(rt, 0, sizeof(*rt));
+}
+
+void transaction_init(struct transaction *x, const struct handle_ops *ops,
+		      int (*run)(struct tree *t, struct transaction *x))
+{
+	handle_init(&x->h, ops);
+	pthread_mutex_init(&x->mu, NULL);
+	x->run = run;
+}
+
+int transaction_append(struct tree *t, struct transaction *x, uint64_t off, const void *buf,
+		       size_t len, size_t max)
+{
+	int rc;
+
+	pthread_mutex_lock(&x->mu);
+	if (x->done)
+		rc = -EINVAL; /* one transaction per open: reopen for another */
+	else
+		rc = request_text_append(t, &x->req, off, buf, len, max);
+	pthread_mutex_unlock(&x->mu);
+	return rc;
+}
+
+int transaction_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
+		     const void **data, size_t *len)
+{
+	struct transaction *x = (struct transaction *)h;
+
+	pthread_mutex_lock(&x->mu);
+	if (!x->done) {
+		x->error = x->run(t, x);
+		x->done = true;
+	}
+	pthread_mutex_unlock(&x->mu);
+	if (x->error)
+		return x->error;
+	buffer_slice(x->out.bytes, x->out.len, off, size, data, len);
+	return 0;
+}
+
+int transaction_fail(const struct transaction *x, int err, const char *fmt, ...)
+{
+	char msg[384];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_warn("%s: %s (%s)", x->who, msg, strerror(-err));
+	return err;
+}
+
+void transaction_release(struct tree *t, struct transaction *x)
+{
+	transaction_result_free(t, &x->out);
+	request_text_free(t, &x->req);
+	pthread_mutex_destroy(&x->mu);
 }
 
 const char *errno_name(int e)

@@ -134,6 +134,11 @@ struct handle {
 	struct handle *prev, *next; /* every open handle, released at shutdown */
 };
 
+/* What a read of size bytes at off returns of the len bytes at buf (NULL
+ * when there are none): where it starts and how many. */
+void buffer_slice(const void *buf, size_t len, uint64_t off, size_t size, const void **data,
+		  size_t *out_len);
+
 /* Bytes of I/O that a request may do on the thread reading requests. */
 #define HANDLE_QUICK_BYTES (256u << 10)
 
@@ -188,14 +193,6 @@ struct transaction_result {
 	size_t map;         /* bytes mapped and charged */
 };
 
-/* Maps size bytes for r (nothing for 0): 0, -EDQUOT when materialize_max=
- * has no room for them, -ENOMEM when the system has none. */
-int transaction_result_map(struct tree *t, struct transaction_result *r, size_t size);
-void transaction_result_free(struct tree *t, struct transaction_result *r);
-/* What a read of size bytes at off returns of r. */
-void transaction_result_slice(const struct transaction_result *r, uint64_t off, size_t size,
-			      const void **data, size_t *len);
-
 /* The text a transaction file's writes send (a .materialize request, the
  * keys of a .get), grown as it comes and charged to materialize_max=. */
 struct request_text {
@@ -203,11 +200,40 @@ struct request_text {
 	size_t len, cap;    /* cap bytes are charged to materialize_max= */
 };
 
-/* Appends a write at off: len, or -EINVAL (not at the end), -EFBIG (past
- * max bytes), -ENOMEM (no memory, or materialize_max= reached). */
-int request_text_append(struct tree *t, struct request_text *rt, uint64_t off, const void *buf,
-			size_t len, size_t max);
-void request_text_free(struct tree *t, struct request_text *rt);
+/* A transaction file (.materialize, .keys/.get), the first member of its
+ * module's handle: its writes send the request text, its first read runs
+ * the request (run, once) and every read serves the result. */
+struct transaction {
+	struct handle h;
+	pthread_mutex_t mu;
+	int (*run)(struct tree *t, struct transaction *x); /* under mu */
+	char who[160];              /* for logs: "materialize <wv>", "get .keys" */
+	struct request_text req;    /* the request as written */
+	bool done;                  /* the result (or error) is final */
+	int error;
+	struct transaction_result out;
+};
+
+void transaction_init(struct transaction *x, const struct handle_ops *ops,
+		      int (*run)(struct tree *t, struct transaction *x));
+/* Appends a write to the request: len, or -EINVAL once it has run (one
+ * transaction per open) or not at the end, -EFBIG (past max bytes),
+ * -ENOMEM (no memory, or materialize_max= reached). */
+int transaction_append(struct tree *t, struct transaction *x, uint64_t off, const void *buf,
+		       size_t len, size_t max);
+/* The read operation of a transaction's handle: runs it at the first. */
+int transaction_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
+		     const void **data, size_t *len);
+/* Gives the result size bytes (nothing for 0), charged to materialize_max=:
+ * 0, or -ENOMEM (logged; counted as refused when materialize_max= has no
+ * room for them). */
+int transaction_result_make(struct tree *t, struct transaction *x, size_t size);
+void transaction_result_free(struct tree *t, struct transaction_result *r);
+/* Logs a failure of the transaction ("<who>: msg (errno text)"); returns err. */
+int transaction_fail(const struct transaction *x, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Frees what the transaction holds (not x itself). */
+void transaction_release(struct tree *t, struct transaction *x);
 
 /* The objects that have only a key live in one hidden version (not a valid
  * version name, so never a directory of the mount): store v/.keys, their
@@ -225,10 +251,6 @@ void version_object_key(const struct version *v, const uint8_t *hash, size_t len
 /* The same key as its 32 bytes. */
 void version_object_key_bin(const struct version *v, const uint8_t *hash, size_t len,
 			    uint8_t out[32]);
-
-/* Where the object of v named name lies in v's store directory
- * (store_object_path: the key-only version's objects are sharded). */
-void version_store_path(const struct version *v, const char *name, char out[STORE_PATH_MAX]);
 
 /* The name of errno e (positive) in the result lines of batch and publish
  * files ("EEXIST"): those DESIGN.md gives and the few artfs adds; any

@@ -2,9 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,14 +14,8 @@
 #include "log.h"
 #include "object.h"
 
-struct get {
-	struct handle h;
-	pthread_mutex_t mu;
-	struct request_text req;  /* the keys as written */
-	bool done;
-	int error;
-	struct transaction_result out; /* the envelopes, back to back */
-};
+/* A .keys/.get file: its request is the keys, its result their envelopes
+ * back to back (struct transaction). */
 
 struct wanted {
 	struct object *o;         /* referenced */
@@ -34,24 +26,12 @@ struct wanted {
 	int error;                /* of loading it */
 };
 
-static int fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int fail(int err, const char *fmt, ...)
-{
-	char msg[256];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	log_warn("get .keys: %s (%s)", msg, strerror(-err));
-	return err;
-}
-
 /* Parses the keys: 64 hex digits, optionally after vllm-artifact/; blank
  * lines and surrounding spaces ignored. */
-static int parse(const char *text, size_t len, uint8_t (**keys)[32], size_t *count)
+static int parse(const struct transaction *x, uint8_t (**keys)[32], size_t *count)
 {
+	const char *text = x->req.text ? x->req.text : "";
+	size_t len = x->req.len;
 	size_t cap = 0, n = 0, lineno = 0;
 	uint8_t (*k)[32] = NULL;
 
@@ -73,7 +53,8 @@ static int parse(const char *text, size_t len, uint8_t (**keys)[32], size_t *cou
 		char hex[65];
 		if (m != 64) {
 			free(k);
-			return fail(-EINVAL, "line %zu: not a key (64 hex digits)", lineno);
+			return transaction_fail(x, -EINVAL, "line %zu: not a key (64 hex digits)",
+						lineno);
 		}
 		memcpy(hex, s, 64);
 		hex[64] = '\0';
@@ -88,7 +69,8 @@ static int parse(const char *text, size_t len, uint8_t (**keys)[32], size_t *cou
 		}
 		if (key_sha256_decode(hex, k[n]) < 0) {
 			free(k);
-			return fail(-EINVAL, "line %zu: not a key (64 lowercase hex digits)", lineno);
+			return transaction_fail(x, -EINVAL,
+						"line %zu: not a key (64 lowercase hex digits)", lineno);
 		}
 		n++;
 	}
@@ -166,11 +148,51 @@ static void load_one(void *ctx, size_t i)
 	w->error = object_load_envelope(l->t, w->o, l->out + w->at, (size_t)w->size);
 }
 
-static int run(struct tree *t, struct get *g)
+/* Every envelope asked into the result, back to back; every object is
+ * verified before the first byte is served: ENOENT, then EIO. */
+static int serve(struct tree *t, struct transaction *x, struct wanted *w, size_t n)
+{
+	uint64_t total = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (w[i].fetched)
+			w[i].size = w[i].fetched_len;
+		else
+			rc = object_envelope_size(t, w[i].o, &w[i].size);
+		w[i].at = total;
+		total += w[i].size;
+	}
+	if (rc < 0)
+		return rc;
+	rc = transaction_result_make(t, x, (size_t)total);
+	if (rc < 0)
+		return rc;
+	struct loading l = { .t = t, .w = w, .out = x->out.bytes };
+	parallel_for(n, 8, PARALLEL_THREADS_MAX, load_one, &l);
+	int first = 0;
+	for (size_t i = 0; i < n; i++) {
+		int e = w[i].error;
+		if (e && (!first || (e == -ENOENT && first != -ENOENT)))
+			first = e;
+	}
+	if (first) {
+		transaction_result_free(t, &x->out);
+		rc = first == -ENOENT || first == -ENOMEM || first == -EMFILE || first == -ENFILE
+			     ? first : -EIO;
+		return transaction_fail(x, rc, "%zu keys asked: not served", n);
+	}
+	x->out.len = (size_t)total;
+	for (size_t i = 0; i < n; i++)
+		version_touch(w[i].o->ver);
+	return 0;
+}
+
+static int run(struct tree *t, struct transaction *x)
 {
 	uint8_t (*keys)[32] = NULL;
 	size_t n = 0;
-	int rc = parse(g->req.text ? g->req.text : "", g->req.len, &keys, &n);
+	int rc = parse(x, &keys, &n);
 
 	if (rc < 0)
 		return rc;
@@ -183,55 +205,16 @@ static int run(struct tree *t, struct get *g)
 	if (missing < n && t->remote) {
 		/* Every local miss from the cluster, one pipelined round per node. */
 		rc = fetch_misses(t, keys, w, n);
-		if (rc < 0)
-			goto out;
-		missing = resolve(t, keys, w, n);
+		if (rc == 0)
+			missing = resolve(t, keys, w, n);
 	}
-	char hex[65];
-	uint64_t total = 0;
-	if (missing < n) {
+	if (rc == 0 && missing < n) {
+		char hex[65];
 		key_hex(keys[missing], 32, hex);
-		rc = fail(-ENOENT, "key %zu (%s) does not exist", missing, hex);
-		goto out;
+		rc = transaction_fail(x, -ENOENT, "key %zu (%s) does not exist", missing, hex);
 	}
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		if (w[i].fetched)
-			w[i].size = w[i].fetched_len;
-		else
-			rc = object_envelope_size(t, w[i].o, &w[i].size);
-		w[i].at = total;
-		total += w[i].size;
-	}
-	if (rc < 0)
-		goto out;
-	rc = transaction_result_map(t, &g->out, (size_t)total);
-	if (rc == -EDQUOT) {
-		counter_inc(&t->metrics.materialize_refused);
-		rc = fail(-ENOMEM, "a %" PRIu64 "-byte result would exceed materialize_max=%" PRIu64,
-			  total, t->cfg->materialize_max);
-	}
-	if (rc < 0)
-		goto out;
-	/* Every object verified before the first byte: ENOENT, then EIO. */
-	struct loading l = { .t = t, .w = w, .out = g->out.bytes };
-	parallel_for(n, 8, PARALLEL_THREADS_MAX, load_one, &l);
-	int first = 0;
-	for (size_t i = 0; i < n; i++) {
-		int e = w[i].error;
-		if (e && (!first || (e == -ENOENT && first != -ENOENT)))
-			first = e;
-	}
-	if (first) {
-		transaction_result_free(t, &g->out);
-		rc = first == -ENOENT || first == -ENOMEM || first == -EMFILE || first == -ENFILE
-			     ? first : -EIO;
-		fail(rc, "%zu keys asked: not served", n);
-		goto out;
-	}
-	g->out.len = (size_t)total;
-	for (size_t i = 0; i < n; i++)
-		version_touch(w[i].o->ver);
-out:
+	if (rc == 0)
+		rc = serve(t, x, w, n);
 	for (size_t i = 0; i < n; i++) {
 		if (w[i].o)
 			node_unref(&w[i].o->node, 1);
@@ -245,46 +228,18 @@ out:
 static int get_write(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
 		     uint64_t owner)
 {
-	struct get *g = (struct get *)h;
-	int rc = (int)len;
+	int rc = transaction_append(t, (struct transaction *)h, off, buf, len, GET_REQUEST_MAX);
 
 	(void)owner;
-	pthread_mutex_lock(&g->mu);
-	if (g->done)
-		rc = -EINVAL; /* one transaction per open */
-	else
-		rc = request_text_append(t, &g->req, off, buf, len, GET_REQUEST_MAX);
-	pthread_mutex_unlock(&g->mu);
 	if (rc < 0)
 		log_warn("get .keys: write refused (%s)", strerror(-rc));
 	return rc;
 }
 
-static int get_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
-		    const void **data, size_t *len)
-{
-	struct get *g = (struct get *)h;
-
-	pthread_mutex_lock(&g->mu);
-	if (!g->done) {
-		g->error = run(t, g);
-		g->done = true;
-	}
-	pthread_mutex_unlock(&g->mu);
-	if (g->error)
-		return g->error;
-	transaction_result_slice(&g->out, off, size, data, len);
-	return 0;
-}
-
 static void get_release(struct tree *t, struct handle *h)
 {
-	struct get *g = (struct get *)h;
-
-	transaction_result_free(t, &g->out);
-	request_text_free(t, &g->req);
-	pthread_mutex_destroy(&g->mu);
-	free(g);
+	transaction_release(t, (struct transaction *)h);
+	free(h);
 }
 
 static bool get_read_quick(struct tree *t, struct handle *h)
@@ -295,7 +250,7 @@ static bool get_read_quick(struct tree *t, struct handle *h)
 
 static const struct handle_ops get_ops = {
 	.kind = "get",
-	.read = get_read,
+	.read = transaction_read,
 	.write = get_write,
 	.release = get_release,
 	.read_quick = get_read_quick,
@@ -303,14 +258,14 @@ static const struct handle_ops get_ops = {
 
 int get_open(struct tree *t, struct handle **h, struct open_reply *r)
 {
-	struct get *g = calloc(1, sizeof(*g));
+	struct transaction *x = calloc(1, sizeof(*x));
 
 	(void)t;
-	if (!g)
+	if (!x)
 		return -ENOMEM;
-	handle_init(&g->h, &get_ops);
-	pthread_mutex_init(&g->mu, NULL);
+	transaction_init(x, &get_ops, run);
+	snprintf(x->who, sizeof(x->who), "get .keys");
 	r->direct_io = true;
-	*h = &g->h;
+	*h = &x->h;
 	return 0;
 }

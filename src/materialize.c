@@ -3,8 +3,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,14 +16,11 @@
 #include "object.h"
 #include "parallel.h"
 
+/* A .materialize file: its request names objects, its result is the .npy
+ * of their concatenation. */
 struct mat {
-	struct handle h;
-	pthread_mutex_t mu;
+	struct transaction x;     /* first: the handle */
 	struct version *ver;      /* referenced */
-	struct request_text req;  /* the request as written */
-	bool done;                /* the result (or error) is final */
-	int error;
-	struct transaction_result out; /* the .npy */
 };
 
 /* ---- the request text ---------------------------------------------------- */
@@ -44,86 +39,116 @@ static int parse_number(const char *s, uint64_t *out)
 	return 0;
 }
 
+/* The next line of text from *pos, without its surrounding spaces:
+ * its start and length; *pos moves past it. */
+static size_t next_line(const char *text, size_t len, size_t *pos, const char **line)
+{
+	const char *nl = memchr(text + *pos, '\n', len - *pos);
+	size_t end = nl ? (size_t)(nl - text) : len, n = end - *pos;
+	const char *s = text + *pos;
+
+	while (n && isspace((unsigned char)*s))
+		s++, n--;
+	while (n && isspace((unsigned char)s[n - 1]))
+		n--;
+	*pos = end + 1;
+	*line = s;
+	return n;
+}
+
+/* A line "keyword value" (line cut at the space): token_end, block_size. */
+static int parse_keyword(char *line, char *space, size_t lineno, struct materialize_request *req,
+			 char *err, size_t errlen)
+{
+	char *value = space + 1;
+	bool *has;
+	uint64_t *dst;
+
+	*space = '\0';
+	while (isspace((unsigned char)*value))
+		value++;
+	if (strcmp(line, "token_end") == 0)
+		has = &req->has_token_end, dst = &req->token_end;
+	else if (strcmp(line, "block_size") == 0)
+		has = &req->has_block_size, dst = &req->block_size;
+	else {
+		snprintf(err, errlen, "line %zu: unknown keyword \"%.32s\"", lineno, line);
+		return -EINVAL;
+	}
+	if (*has || parse_number(value, dst) < 0 || *dst == 0) {
+		snprintf(err, errlen, "line %zu: %s needs one positive integer", lineno, line);
+		return -EINVAL;
+	}
+	*has = true;
+	return 0;
+}
+
+/* A line that names an object by its hash: one more block (*cap: the
+ * blocks that req->blocks has room for). */
+static int parse_block(const char *line, size_t lineno, struct materialize_request *req,
+		       size_t *cap, char *err, size_t errlen)
+{
+	size_t hlen;
+
+	if (req->count == MATERIALIZE_BLOCKS_MAX) {
+		snprintf(err, errlen, "more than %u objects", MATERIALIZE_BLOCKS_MAX);
+		return -EINVAL;
+	}
+	if (req->count == *cap) {
+		size_t more = *cap ? *cap * 2 : 64;
+		struct materialize_block *b = realloc(req->blocks, more * sizeof(*b));
+		if (!b) {
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		req->blocks = b;
+		*cap = more;
+	}
+	if (key_hash_decode(line, req->blocks[req->count].hash, &hlen) < 0) {
+		snprintf(err, errlen, "line %zu: \"%.40s\" is not a block hash", lineno, line);
+		return -EINVAL;
+	}
+	req->blocks[req->count++].len = (uint8_t)hlen;
+	return 0;
+}
+
 int materialize_parse(const char *text, size_t len, struct materialize_request *req,
 		      char *err, size_t errlen)
 {
 	size_t cap = 0, lineno = 0;
 	char line[ARTFS_HASH_HEX_MAX + 64];
+	int rc = 0;
 
 	memset(req, 0, sizeof(*req));
-	for (size_t pos = 0; pos < len;) {
-		const char *nl = memchr(text + pos, '\n', len - pos);
-		size_t end = nl ? (size_t)(nl - text) : len, n = end - pos;
+	for (size_t pos = 0; pos < len && rc == 0;) {
+		const char *start;
+		size_t n = next_line(text, len, &pos, &start);
 		lineno++;
-		while (n && isspace((unsigned char)text[pos]))
-			pos++, n--;
-		while (n && isspace((unsigned char)text[pos + n - 1]))
-			n--;
 		if (n >= sizeof(line)) {
 			snprintf(err, errlen, "line %zu: too long", lineno);
-			goto bad;
+			rc = -EINVAL;
+			break;
 		}
-		memcpy(line, text + pos, n);
-		line[n] = '\0';
-		pos = end + 1;
 		if (n == 0)
 			continue;
+		memcpy(line, start, n);
+		line[n] = '\0';
 		if (memchr(line, '\0', n)) {
 			snprintf(err, errlen, "line %zu: NUL byte", lineno);
-			goto bad;
+			rc = -EINVAL;
+			break;
 		}
 		char *space = strpbrk(line, " \t");
-		if (space) {
-			*space = '\0';
-			char *value = space + 1;
-			while (isspace((unsigned char)*value))
-				value++;
-			bool *has;
-			uint64_t *dst;
-			if (strcmp(line, "token_end") == 0)
-				has = &req->has_token_end, dst = &req->token_end;
-			else if (strcmp(line, "block_size") == 0)
-				has = &req->has_block_size, dst = &req->block_size;
-			else {
-				snprintf(err, errlen, "line %zu: unknown keyword \"%.32s\"", lineno, line);
-				goto bad;
-			}
-			if (*has || parse_number(value, dst) < 0 || *dst == 0) {
-				snprintf(err, errlen, "line %zu: %s needs one positive integer", lineno, line);
-				goto bad;
-			}
-			*has = true;
-			continue;
-		}
-		if (req->count == MATERIALIZE_BLOCKS_MAX) {
-			snprintf(err, errlen, "more than %u objects", MATERIALIZE_BLOCKS_MAX);
-			goto bad;
-		}
-		if (req->count == cap) {
-			cap = cap ? cap * 2 : 64;
-			struct materialize_block *b = realloc(req->blocks, cap * sizeof(*b));
-			if (!b) {
-				snprintf(err, errlen, "out of memory");
-				materialize_request_free(req);
-				return -ENOMEM;
-			}
-			req->blocks = b;
-		}
-		size_t hlen;
-		if (key_hash_decode(line, req->blocks[req->count].hash, &hlen) < 0) {
-			snprintf(err, errlen, "line %zu: \"%.40s\" is not a block hash", lineno, line);
-			goto bad;
-		}
-		req->blocks[req->count++].len = (uint8_t)hlen;
+		rc = space ? parse_keyword(line, space, lineno, req, err, errlen)
+			   : parse_block(line, lineno, req, &cap, err, errlen);
 	}
-	if (req->count == 0) {
+	if (rc == 0 && req->count == 0) {
 		snprintf(err, errlen, "no object hashes");
-		goto bad;
+		rc = -EINVAL;
 	}
-	return 0;
-bad:
-	materialize_request_free(req);
-	return -EINVAL;
+	if (rc < 0)
+		materialize_request_free(req);
+	return rc;
 }
 
 void materialize_request_free(struct materialize_request *req)
@@ -203,6 +228,7 @@ enum pass { PASS_HEADERS, PASS_VERIFY, PASS_LOAD };
 
 struct job {
 	struct tree *t;
+	struct mat *m;
 	struct version *ver;
 	const struct materialize_request *req;
 	struct slot *slots;
@@ -213,6 +239,10 @@ struct job {
 	uint8_t **fetched;       /* per block: its envelope as just fetched from
 				  * the cluster and committed here, or NULL */
 	size_t *fetched_len;
+	size_t *distinct_at;     /* one block of each distinct object (resolve) */
+	size_t distinct;
+	size_t repeat, first;    /* the first block that repeats one before it,
+				  * and that one; repeat == req->count: none */
 };
 
 /* A block fetched from the cluster by this request is served from the bytes
@@ -271,30 +301,17 @@ static void run_pass(struct job *j, enum pass pass)
 	parallel_for(j->count, 64, PARALLEL_THREADS_MAX, work_item, j);
 }
 
-static int fail(struct mat *m, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int fail(struct mat *m, int err, const char *fmt, ...)
-{
-	char msg[384];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	log_warn("materialize %s: %s (%s)", m->ver->name, msg, strerror(-err));
-	return err;
-}
-
 /* The first failure of a pass, by precedence: a missing object, then the
  * daemon's own resources, then a corrupt object. 0 if none. */
-static int pass_error(struct mat *m, const struct materialize_request *req,
-		      const struct slot *slots)
+static int pass_error(const struct job *j)
 {
+	const struct materialize_request *req = j->req;
+	struct transaction *x = &j->m->x;
 	char name[ARTFS_HASH_HEX_MAX + 1];
 
 	for (int pass = 0; pass < 3; pass++)
 		for (size_t i = 0; i < req->count; i++) {
-			int e = slots[i].error;
+			int e = j->slots[i].error;
 			bool hit = pass == 0 ? e == -ENOENT
 				 : pass == 1 ? (e == -ENOMEM || e == -EMFILE || e == -ENFILE)
 				 : e != 0;
@@ -302,10 +319,11 @@ static int pass_error(struct mat *m, const struct materialize_request *req,
 				continue;
 			key_hex(req->blocks[i].hash, req->blocks[i].len, name);
 			if (pass == 0)
-				return fail(m, -ENOENT, "object %zu (%s) does not exist", i, name);
+				return transaction_fail(x, -ENOENT, "object %zu (%s) does not exist", i,
+							name);
 			if (pass == 1)
-				return fail(m, e, "object %zu (%s): out of resources", i, name);
-			return fail(m, -EIO, "object %zu (%s) cannot be served", i, name);
+				return transaction_fail(x, e, "object %zu (%s): out of resources", i, name);
+			return transaction_fail(x, -EIO, "object %zu (%s) cannot be served", i, name);
 		}
 	return 0;
 }
@@ -369,12 +387,14 @@ static int fetch_misses(struct tree *t, struct mat *m, const struct materialize_
 	return rc == -ENOENT ? 0 : rc; /* absence is said by the lookup after */
 }
 
-/* Resolves every name (ENOENT for the first missing one); fills which with
- * one slot per distinct object and returns how many are distinct. */
-static int resolve(struct tree *t, struct mat *m, const struct materialize_request *req,
-		   size_t *which, size_t *distinct, size_t *repeat, size_t *first,
-		   uint8_t **fetched, size_t *fetched_len)
+/* Resolves every name (ENOENT for the first missing one); fills
+ * j->distinct_at with one block of each distinct object, and finds the
+ * first repeat. */
+static int resolve(struct job *j)
 {
+	struct tree *t = j->t;
+	struct mat *m = j->m;
+	const struct materialize_request *req = j->req;
 	char name[ARTFS_HASH_HEX_MAX + 1];
 	struct named *seen = calloc(req->count, sizeof(*seen));
 
@@ -383,143 +403,163 @@ static int resolve(struct tree *t, struct mat *m, const struct materialize_reque
 	size_t missing = find_all(t, m, req, seen);
 	if (missing < req->count && t->remote) {
 		/* Every local miss from the cluster, one pipelined round per node. */
-		int rc = fetch_misses(t, m, req, seen, fetched, fetched_len);
+		int rc = fetch_misses(t, m, req, seen, j->fetched, j->fetched_len);
 		if (rc < 0) {
 			free(seen);
-			return fail(m, rc, "objects missing here could not be fetched from the cluster");
+			return transaction_fail(&m->x, rc, "objects missing here could not be fetched "
+						"from the cluster");
 		}
 		missing = find_all(t, m, req, seen);
 	}
 	if (missing < req->count) {
 		free(seen);
 		key_hex(req->blocks[missing].hash, req->blocks[missing].len, name);
-		return fail(m, -ENOENT, "object %zu (%s) does not exist", missing, name);
+		return transaction_fail(&m->x, -ENOENT, "object %zu (%s) does not exist", missing,
+					name);
 	}
 	qsort(seen, req->count, sizeof(*seen), by_object); /* the same object side by side */
-	*distinct = 0;
-	*repeat = req->count;
+	j->distinct = 0;
+	j->repeat = req->count;
 	for (size_t k = 0; k < req->count; k++) {
 		if (k == 0 || seen[k].o != seen[k - 1].o)
-			which[(*distinct)++] = seen[k].i;
-		else if (*repeat == req->count || seen[k].i < *repeat) {
-			*repeat = seen[k].i;
-			*first = seen[k - 1].i;
+			j->distinct_at[j->distinct++] = seen[k].i;
+		else if (j->repeat == req->count || seen[k].i < j->repeat) {
+			j->repeat = seen[k].i;
+			j->first = seen[k - 1].i;
 		}
 	}
 	free(seen);
 	return 0;
 }
 
-static int run(struct tree *t, struct mat *m)
+/* A request that names an object twice: checksums still come first
+ * (each distinct object verified once), then EBADMSG. */
+static int refuse_repeat(struct job *j)
 {
-	struct materialize_request req;
+	j->which = j->distinct_at;
+	j->count = j->distinct;
+	run_pass(j, PASS_HEADERS);
+	int rc = pass_error(j);
+	if (!rc) {
+		run_pass(j, PASS_VERIFY);
+		rc = pass_error(j);
+	}
+	if (!rc)
+		rc = transaction_fail(&j->m->x, -EBADMSG, "object %zu repeats object %zu", j->repeat,
+				      j->first);
+	return rc;
+}
+
+/* The layout of the objects whose headers are in: EBADMSG, once every
+ * payload is known to be sound. */
+static int check_layout(struct job *j, uint64_t *token_end)
+{
+	const struct materialize_request *req = j->req;
 	char err[256];
-	int rc = materialize_parse(m->req.text ? m->req.text : "", m->req.len, &req, err, sizeof(err));
+	struct envelope *envs = malloc(req->count * sizeof(*envs));
 
-	if (rc < 0)
-		return fail(m, rc, "bad request: %s", err);
-	struct slot *slots = calloc(req.count, sizeof(*slots));
-	size_t *which = calloc(req.count, sizeof(*which));
-	uint8_t **fetched = calloc(req.count, sizeof(*fetched));
-	size_t *fetched_len = calloc(req.count, sizeof(*fetched_len));
-	size_t distinct = 0, repeat = 0, first = 0;
-	if (!slots || !which || !fetched || !fetched_len) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	rc = resolve(t, m, &req, which, &distinct, &repeat, &first, fetched, fetched_len);
-	if (rc < 0)
-		goto out;
-	struct job j = { .t = t, .ver = m->ver, .req = &req, .slots = slots, .fetched = fetched,
-			 .fetched_len = fetched_len };
-	if (repeat < req.count) {
-		/* Checksums still come first: verify each distinct object once. */
-		j.which = which;
-		j.count = distinct;
-		run_pass(&j, PASS_HEADERS);
-		rc = pass_error(m, &req, slots);
-		if (!rc) {
-			run_pass(&j, PASS_VERIFY);
-			rc = pass_error(m, &req, slots);
-		}
-		if (!rc)
-			rc = fail(m, -EBADMSG, "object %zu repeats object %zu", repeat, first);
-		goto out;
-	}
-
-	/* Every object's header (ENOENT if one vanished, EIO if corrupt). */
-	j.count = req.count;
-	run_pass(&j, PASS_HEADERS);
-	rc = pass_error(m, &req, slots);
-	if (rc)
-		goto out;
-
-	/* The layout: EBADMSG, once every payload is known to be sound. */
-	struct envelope *envs = malloc(req.count * sizeof(*envs));
-	if (!envs) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	for (size_t i = 0; i < req.count; i++)
-		envs[i] = slots[i].env;
-	uint64_t token_end;
-	rc = materialize_check(&req, envs, &token_end, err, sizeof(err));
+	if (!envs)
+		return -ENOMEM;
+	for (size_t i = 0; i < req->count; i++)
+		envs[i] = j->slots[i].env;
+	int bad = materialize_check(req, envs, token_end, err, sizeof(err));
 	free(envs);
-	if (rc < 0) {
-		int bad = rc;
-		run_pass(&j, PASS_VERIFY);
-		rc = pass_error(m, &req, slots);
-		if (!rc)
-			rc = fail(m, bad, "%s", err);
-		goto out;
-	}
+	if (bad == 0)
+		return 0;
+	run_pass(j, PASS_VERIFY);
+	int rc = pass_error(j);
+	return rc ? rc : transaction_fail(&j->m->x, bad, "%s", err);
+}
 
-	/* One .npy of the concatenation, each payload read into its place. */
+/* One .npy of the concatenation (token_end rows), each payload read into
+ * its place. */
+static int assemble(struct job *j, uint64_t token_end)
+{
+	struct mat *m = j->m;
+	struct slot *slots = j->slots;
 	struct array_desc whole = slots[0].env.array;
-	whole.shape[0] = token_end;
 	uint8_t hdr[NPY_HEADER_MAX];
-	ssize_t hl = npy_header(&whole, hdr, sizeof(hdr));
 	uint64_t payload;
+
+	whole.shape[0] = token_end;
+	ssize_t hl = npy_header(&whole, hdr, sizeof(hdr));
 	if (hl < 0 || array_payload_len(&whole, &payload) < 0 ||
-	    payload > SIZE_MAX / 2 - (size_t)hl) {
-		rc = fail(m, -EBADMSG, "the concatenation has no .npy form");
-		goto out;
-	}
+	    payload > SIZE_MAX / 2 - (size_t)hl)
+		return transaction_fail(&m->x, -EBADMSG, "the concatenation has no .npy form");
 	size_t len = (size_t)hl + (size_t)payload;
-	rc = transaction_result_map(t, &m->out, len);
-	if (rc == -EDQUOT) {
-		counter_inc(&t->metrics.materialize_refused);
-		rc = fail(m, -ENOMEM, "a %zu-byte result would exceed materialize_max=%" PRIu64
-			  " (%" PRIu64 " bytes held by open .materialize files)", len,
-			  t->cfg->materialize_max, atomic_load(&t->materialize_held));
-		goto out;
-	}
-	if (rc < 0) {
-		rc = fail(m, -ENOMEM, "no memory for a %zu-byte result", len);
-		goto out;
-	}
-	memcpy(m->out.bytes, hdr, (size_t)hl);
+	int rc = transaction_result_make(j->t, &m->x, len);
+	if (rc < 0)
+		return rc;
+	memcpy(m->x.out.bytes, hdr, (size_t)hl);
 	uint64_t at = (uint64_t)hl;
-	for (size_t i = 0; i < req.count; i++) {
+	for (size_t i = 0; i < j->req->count; i++) {
 		slots[i].at = at;
 		at += slots[i].env.payload_len;
 	}
-	j.out = m->out.bytes;
-	run_pass(&j, PASS_LOAD);
-	rc = pass_error(m, &req, slots);
+	j->out = m->x.out.bytes;
+	run_pass(j, PASS_LOAD);
+	rc = pass_error(j);
 	if (rc) {
-		transaction_result_free(t, &m->out);
-		goto out;
+		transaction_result_free(j->t, &m->x.out);
+		return rc;
 	}
-	m->out.len = len;
-out:
-	for (size_t i = 0; fetched && i < req.count; i++)
-		free(fetched[i]);
-	free(fetched);
-	free(fetched_len);
-	free(slots);
-	free(which);
-	materialize_request_free(&req);
+	m->x.out.len = len;
+	return 0;
+}
+
+/* Every object's header (ENOENT if one vanished, EIO if corrupt), the
+ * layout, then the result. */
+static int build(struct job *j)
+{
+	uint64_t token_end;
+
+	j->count = j->req->count;
+	run_pass(j, PASS_HEADERS);
+	int rc = pass_error(j);
+	if (!rc)
+		rc = check_layout(j, &token_end);
+	return rc ? rc : assemble(j, token_end);
+}
+
+static int run_request(struct tree *t, struct mat *m, const struct materialize_request *req)
+{
+	size_t n = req->count;
+	struct job j = { .t = t, .m = m, .ver = m->ver, .req = req };
+	int rc = -ENOMEM;
+
+	j.slots = calloc(n, sizeof(*j.slots));
+	j.distinct_at = calloc(n, sizeof(*j.distinct_at));
+	j.fetched = calloc(n, sizeof(*j.fetched));
+	j.fetched_len = calloc(n, sizeof(*j.fetched_len));
+	if (j.slots && j.distinct_at && j.fetched && j.fetched_len)
+		rc = resolve(&j);
+	if (rc == 0)
+		rc = j.repeat < n ? refuse_repeat(&j) : build(&j);
+	for (size_t i = 0; j.fetched && i < n; i++)
+		free(j.fetched[i]);
+	free(j.fetched);
+	free(j.fetched_len);
+	free(j.slots);
+	free(j.distinct_at);
+	return rc;
+}
+
+/* The transaction's run: at the first read, under its mutex. */
+static int run(struct tree *t, struct transaction *x)
+{
+	struct mat *m = (struct mat *)x;
+	struct materialize_request req;
+	char err[256];
+	int rc = materialize_parse(x->req.text ? x->req.text : "", x->req.len, &req, err,
+				   sizeof(err));
+
+	if (rc < 0)
+		rc = transaction_fail(x, rc, "bad request: %s", err);
+	else {
+		rc = run_request(t, m, &req);
+		materialize_request_free(&req);
+	}
+	version_touch(m->ver);
 	return rc;
 }
 
@@ -534,8 +574,8 @@ int materialize_open(struct tree *t, struct version *v, struct handle **h,
 
 	if (!m)
 		return -ENOMEM;
-	handle_init(&m->h, &materialize_ops);
-	pthread_mutex_init(&m->mu, NULL);
+	transaction_init(&m->x, &materialize_ops, run);
+	snprintf(m->x.who, sizeof(m->x.who), "materialize %s", v->name);
 	m->ver = v;
 	node_ref(&v->node);
 	pthread_mutex_lock(&t->lock);
@@ -543,7 +583,7 @@ int materialize_open(struct tree *t, struct version *v, struct handle **h,
 	pthread_mutex_unlock(&t->lock);
 	version_touch(v);
 	r->direct_io = true; /* every open sees its own bytes */
-	*h = &m->h;
+	*h = &m->x.h;
 	return 0;
 }
 
@@ -551,46 +591,22 @@ static int materialize_write(struct tree *t, struct handle *h, uint64_t off, con
 			     size_t len, uint64_t owner)
 {
 	struct mat *m = (struct mat *)h;
-	int rc = (int)len;
+	int rc = transaction_append(t, &m->x, off, buf, len, MATERIALIZE_REQUEST_MAX);
 
 	(void)owner;
-	pthread_mutex_lock(&m->mu);
-	if (m->done)
-		rc = -EINVAL; /* one transaction per open: reopen for another */
-	else
-		rc = request_text_append(t, &m->req, off, buf, len, MATERIALIZE_REQUEST_MAX);
-	pthread_mutex_unlock(&m->mu);
 	if (rc < 0)
 		log_warn("materialize %s: write refused (%s)", m->ver->name,
 			 rc == -ENOMEM ? "request text would exceed materialize_max=" : strerror(-rc));
 	return rc;
 }
 
-static int materialize_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
-		     const void **data, size_t *len)
-{
-	struct mat *m = (struct mat *)h;
-
-	pthread_mutex_lock(&m->mu);
-	if (!m->done) {
-		m->error = run(t, m);
-		m->done = true;
-		version_touch(m->ver);
-	}
-	pthread_mutex_unlock(&m->mu);
-	if (m->error)
-		return m->error;
-	transaction_result_slice(&m->out, off, size, data, len);
-	return 0;
-}
-
 static bool materialize_busy(struct handle *h)
 {
 	struct mat *m = (struct mat *)h;
 
-	if (pthread_mutex_trylock(&m->mu) != 0)
+	if (pthread_mutex_trylock(&m->x.mu) != 0)
 		return true;
-	pthread_mutex_unlock(&m->mu);
+	pthread_mutex_unlock(&m->x.mu);
 	return false;
 }
 
@@ -603,9 +619,7 @@ static void materialize_release(struct tree *t, struct handle *h)
 	pthread_mutex_unlock(&t->lock);
 	version_touch(m->ver); /* idle time counts from the last close */
 	node_unref(&m->ver->node, 1);
-	pthread_mutex_destroy(&m->mu);
-	transaction_result_free(t, &m->out);
-	request_text_free(t, &m->req);
+	transaction_release(t, &m->x);
 	free(m);
 }
 
@@ -624,7 +638,7 @@ static bool materialize_write_quick(struct tree *t, struct handle *h, size_t len
 
 static const struct handle_ops materialize_ops = {
 	.kind = "materialize",
-	.read = materialize_read,
+	.read = transaction_read,
 	.write = materialize_write,
 	.release = materialize_release,
 	.read_quick = materialize_read_quick,

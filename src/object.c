@@ -14,15 +14,21 @@
 #include "object.h"
 #include "sha256.h"
 
+/* An open reader of a committed object: its .npy (object_open) or its
+ * envelope as published (object_open_envelope), loaded whole and verified
+ * at the first read. */
 struct object_reader {
 	struct handle h;
 	pthread_mutex_t mu;
 	struct object *obj;   /* referenced */
-	int fd;               /* the store file, open since open() */
+	bool envelope;        /* serves the envelope, not the .npy */
+	int fd;               /* .npy: the store file, open since open(); else -1 */
+	uint64_t size;        /* .npy: the store file's size and ctime at open */
+	uint64_t ctime;
 	bool loaded;
 	int error;
 	uint8_t *buf;
-	const uint8_t *data;  /* the .npy bytes inside buf */
+	const uint8_t *data;  /* what reads serve, inside buf */
 	size_t len;
 };
 
@@ -63,33 +69,42 @@ static int check_identity(struct tree *t, struct version *ver, const char *name,
 	return 0;
 }
 
-/* Reads and checks the header of an open store file. */
-static int read_header(struct tree *t, struct version *ver, int fd, const struct stat *st,
-		       const char *name, const uint8_t *hash, size_t hash_len, struct envelope *env)
-{
-	char detail[160];
-	uint8_t head[ENVELOPE_HEADER_BYTES_MAX];
-
-	if (st->st_size < ENVELOPE_PREFIX_LEN)
-		return corrupt(t, ver, name, "too short to be an envelope");
-	size_t want = (uint64_t)st->st_size < sizeof(head) ? (size_t)st->st_size : sizeof(head);
-	if (store_pread_all(fd, head, want, 0) < 0)
-		return corrupt(t, ver, name, "short read");
-	enum envelope_error why = envelope_parse(head, want, env, detail, sizeof(detail));
-	if (why)
-		return corrupt(t, ver, name, detail);
-	return check_identity(t, ver, name, hash, hash_len, env, (uint64_t)st->st_size);
-}
-
 static int open_stored(struct tree *t, struct version *ver, const char *name, struct stat *st)
 {
-	char path[STORE_PATH_MAX];
-
-	version_store_path(ver, name, path);
-	int fd = store_object_open(ver->dirfd, path, st);
+	int fd = store_object_open(ver->dirfd, ver->keyonly, name, st);
 
 	if (fd < 0 && fd != -ENOENT && !resource_error(fd))
 		return corrupt(t, ver, name, store_open_error(fd));
+	return fd;
+}
+
+/* Opens the stored <ver>/<hash> (name: its name, filled in) and reads and
+ * checks its header: the open fd, or a negative errno. */
+static int open_header(struct tree *t, struct version *ver, const uint8_t *hash, size_t hash_len,
+		       char name[ARTFS_HASH_HEX_MAX + 1], struct envelope *env)
+{
+	char detail[160];
+	uint8_t head[ENVELOPE_HEADER_BYTES_MAX];
+	struct stat st;
+
+	key_hex(hash, hash_len, name);
+	int fd = open_stored(t, ver, name, &st);
+	if (fd < 0)
+		return fd;
+	int rc;
+	size_t want = (uint64_t)st.st_size < sizeof(head) ? (size_t)st.st_size : sizeof(head);
+	if (st.st_size < ENVELOPE_PREFIX_LEN)
+		rc = corrupt(t, ver, name, "too short to be an envelope");
+	else if (store_pread_all(fd, head, want, 0) < 0)
+		rc = corrupt(t, ver, name, "short read");
+	else if (envelope_parse(head, want, env, detail, sizeof(detail)))
+		rc = corrupt(t, ver, name, detail);
+	else
+		rc = check_identity(t, ver, name, hash, hash_len, env, (uint64_t)st.st_size);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
 	return fd;
 }
 
@@ -97,15 +112,12 @@ int object_read_meta(struct tree *t, struct version *ver, const uint8_t *hash, s
 		     struct envelope *env)
 {
 	char name[ARTFS_HASH_HEX_MAX + 1];
-	struct stat st;
+	int fd = open_header(t, ver, hash, hash_len, name, env);
 
-	key_hex(hash, hash_len, name);
-	int fd = open_stored(t, ver, name, &st);
 	if (fd < 0)
 		return fd;
-	int rc = read_header(t, ver, fd, &st, name, hash, hash_len, env);
 	close(fd);
-	return rc;
+	return 0;
 }
 
 /* Where the header's payload_sha256 is, and its digest; 0 when it is
@@ -172,7 +184,73 @@ static int check_known_header(const struct object *o, uint16_t sha_at, const uin
 	return 0;
 }
 
-static int load_envelope(struct tree *t, struct object *o, uint8_t *dst, size_t size);
+/* The payload's digest against payload_sha256: each check counted, a
+ * mismatch refused. */
+static int check_payload(struct tree *t, struct version *ver, const char *name,
+			 const uint8_t digest[32], const uint8_t want[32])
+{
+	counter_inc(&t->metrics.verifications);
+	if (memcmp(digest, want, 32) != 0)
+		return corrupt(t, ver, name, "payload does not match payload_sha256");
+	return 0;
+}
+
+/* The one read of a stored object: its open store file (size bytes, its
+ * stat's) whole into dst, then verified: well-formed, the key of its name,
+ * its payload against payload_sha256. With env the header is parsed into
+ * it; without, a header known by its digest (object_header_learn) is
+ * compared instead, and one parsed is learned. *payload_at: where the
+ * payload begins in dst. */
+static int read_verified(struct tree *t, struct object *o, const char *name, int fd,
+			 uint8_t *dst, size_t size, struct envelope *env, size_t *payload_at)
+{
+	char detail[160];
+	struct envelope parsed;
+	uint8_t digest[32], known_sha[32];
+	const uint8_t *payload_sha = known_sha;
+	size_t head_len;
+
+	if (store_pread_all(fd, dst, size, 0) < 0)
+		return corrupt(t, o->ver, name, "short read");
+	uint16_t sha_at = env ? 0 : atomic_load_explicit(&o->sha_at, memory_order_acquire);
+	if (sha_at) {
+		if (check_known_header(o, sha_at, dst, size, known_sha, &head_len) < 0)
+			return corrupt(t, o->ver, name, "its header is not the one published");
+	} else {
+		struct envelope *e = env ? env : &parsed;
+		if (envelope_parse(dst, size, e, detail, sizeof(detail)))
+			return corrupt(t, o->ver, name, detail);
+		int rc = check_identity(t, o->ver, name, o->hash, o->hash_len, e, size);
+		if (rc < 0)
+			return rc;
+		payload_sha = e->payload_sha256;
+		head_len = ENVELOPE_PREFIX_LEN + e->header_len;
+	}
+	sha256_once(dst + head_len, size - head_len, digest);
+	int rc = check_payload(t, o->ver, name, digest, payload_sha);
+	if (rc < 0)
+		return rc;
+	if (!sha_at && !env)
+		object_header_learn(t, o, dst + ENVELOPE_PREFIX_LEN, head_len - ENVELOPE_PREFIX_LEN);
+	*payload_at = head_len;
+	return 0;
+}
+
+/* o's envelope (size bytes, as indexed) into dst, verified. */
+static int load_envelope(struct tree *t, struct object *o, uint8_t *dst, size_t size)
+{
+	char name[ARTFS_HASH_HEX_MAX + 1];
+	struct stat st;
+	size_t payload_at;
+
+	object_name(o, name);
+	_cleanup_close_ int fd = open_stored(t, o->ver, name, &st);
+	if (fd < 0)
+		return fd;
+	if ((uint64_t)st.st_size != size)
+		return corrupt(t, o->ver, name, "its size changed since it was indexed");
+	return read_verified(t, o, name, fd, dst, size, NULL, &payload_at);
+}
 
 /* A key-only object that gains its name meanwhile (an adoption: its file
  * moves to <wv>/<hash>, held by a new node) is gone from where the caller
@@ -197,44 +275,6 @@ int object_load_envelope(struct tree *t, struct object *o, uint8_t *dst, size_t 
 	return rc;
 }
 
-static int load_envelope(struct tree *t, struct object *o, uint8_t *dst, size_t size)
-{
-	char name[ARTFS_HASH_HEX_MAX + 1], detail[160];
-	struct envelope env;
-	struct stat st;
-	uint8_t digest[32], payload_sha[32];
-	size_t head_len;
-
-	object_name(o, name);
-	_cleanup_close_ int fd = open_stored(t, o->ver, name, &st);
-	if (fd < 0)
-		return fd;
-	if ((uint64_t)st.st_size != size)
-		return corrupt(t, o->ver, name, "its size changed since it was indexed");
-	if (store_pread_all(fd, dst, size, 0) < 0)
-		return corrupt(t, o->ver, name, "short read");
-	uint16_t sha_at = atomic_load_explicit(&o->sha_at, memory_order_acquire);
-	if (sha_at) {
-		if (check_known_header(o, sha_at, dst, size, payload_sha, &head_len) < 0)
-			return corrupt(t, o->ver, name, "its header is not the one published");
-	} else {
-		if (envelope_parse(dst, size, &env, detail, sizeof(detail)))
-			return corrupt(t, o->ver, name, detail);
-		int rc = check_identity(t, o->ver, name, o->hash, o->hash_len, &env, size);
-		if (rc < 0)
-			return rc;
-		memcpy(payload_sha, env.payload_sha256, 32);
-		head_len = ENVELOPE_PREFIX_LEN + env.header_len;
-	}
-	sha256_once(dst + head_len, size - head_len, digest);
-	counter_inc(&t->metrics.verifications);
-	if (memcmp(digest, payload_sha, 32) != 0)
-		return corrupt(t, o->ver, name, "payload does not match payload_sha256");
-	if (!sha_at)
-		object_header_learn(t, o, dst + ENVELOPE_PREFIX_LEN, head_len - ENVELOPE_PREFIX_LEN);
-	return 0;
-}
-
 int object_envelope_size(struct tree *t, struct object *o, uint64_t *size)
 {
 	char name[ARTFS_HASH_HEX_MAX + 1];
@@ -244,9 +284,7 @@ int object_envelope_size(struct tree *t, struct object *o, uint64_t *size)
 	if (*size != OBJECT_SIZE_UNKNOWN)
 		return 0;
 	object_name(o, name); /* counted at a restart, not yet sized */
-	char path[STORE_PATH_MAX];
-	version_store_path(o->ver, name, path);
-	int rc = store_object_stat(o->ver->dirfd, path, &st);
+	int rc = store_object_stat(o->ver->dirfd, o->ver->keyonly, name, &st);
 	if (rc < 0)
 		return rc == -ENOENT ? rc : corrupt(t, o->ver, name, "not a regular file");
 	*size = (uint64_t)st.st_size;
@@ -263,13 +301,11 @@ int object_verify(struct tree *t, struct version *ver, const uint8_t *hash, size
 	struct sha256 sha;
 	uint8_t digest[32];
 
-	key_hex(hash, hash_len, name);
-	struct stat st;
-	int fd = open_stored(t, ver, name, &st);
+	int fd = open_header(t, ver, hash, hash_len, name, &env);
 	if (fd < 0)
 		return fd;
-	int rc = read_header(t, ver, fd, &st, name, hash, hash_len, &env);
-	if (rc == 0 && !envelope_same(&env, expect))
+	int rc = 0;
+	if (!envelope_same(&env, expect))
 		rc = corrupt(t, ver, name, "it changed while the request was served");
 	off_t at = ENVELOPE_PREFIX_LEN + (off_t)env.header_len;
 	uint8_t *chunk = NULL;
@@ -293,9 +329,7 @@ int object_verify(struct tree *t, struct version *ver, const uint8_t *hash, size
 	}
 	if (rc == 0) {
 		sha256_end(&sha, digest);
-		counter_inc(&t->metrics.verifications);
-		if (memcmp(digest, env.payload_sha256, 32) != 0)
-			rc = corrupt(t, ver, name, "payload does not match payload_sha256");
+		rc = check_payload(t, ver, name, digest, env.payload_sha256);
 	}
 	free(chunk);
 	close(fd);
@@ -318,61 +352,161 @@ int object_know_size(struct tree *t, struct object *o)
 	return 0;
 }
 
-int object_load_verified(struct tree *t, struct version *ver, int fd, const char *name,
-			 const uint8_t *hash, size_t hash_len, struct envelope *env,
-			 uint8_t **bufp, const uint8_t **npy, size_t *npy_len, uint64_t *ctime)
+/* The .npy of rd's object, from the store file open since open(): the
+ * .npy header goes right before the payload, in the room that the
+ * envelope prefix and JSON leave plus NPY_HEADER_MAX spare bytes. */
+static int load_npy(struct tree *t, struct object_reader *rd, const char *name)
 {
-	char detail[160];
-	uint8_t digest[32], hdr[NPY_HEADER_MAX];
-	struct stat st;
+	struct object *o = rd->obj;
+	struct envelope env;
+	uint8_t hdr[NPY_HEADER_MAX];
+	size_t payload_at;
 
-	if (fstat(fd, &st) < 0)
-		return corrupt(t, ver, name, strerror(errno));
-	if (st.st_size < ENVELOPE_PREFIX_LEN || (uint64_t)st.st_size > (SIZE_MAX >> 2))
-		return corrupt(t, ver, name, "implausible file size");
-	size_t size = (size_t)st.st_size;
-	uint8_t *buf = malloc(NPY_HEADER_MAX + size);
+	if (rd->size < ENVELOPE_PREFIX_LEN || rd->size > (SIZE_MAX >> 2))
+		return corrupt(t, o->ver, name, "implausible file size");
+	uint8_t *buf = malloc(NPY_HEADER_MAX + (size_t)rd->size);
 	if (!buf)
 		return -ENOMEM;
-	/* The .npy header goes right before the payload, in the room that the
-	 * envelope prefix and JSON leave plus NPY_HEADER_MAX spare bytes. */
 	uint8_t *envb = buf + NPY_HEADER_MAX;
-	int rc = store_pread_all(fd, envb, size, 0);
-	if (rc < 0) {
-		free(buf);
-		return corrupt(t, ver, name, "short read");
-	}
-	enum envelope_error why = envelope_parse(envb, size, env, detail, sizeof(detail));
-	if (why) {
-		free(buf);
-		return corrupt(t, ver, name, detail);
-	}
-	rc = check_identity(t, ver, name, hash, hash_len, env, size);
+	int rc = read_verified(t, o, name, rd->fd, envb, (size_t)rd->size, &env, &payload_at);
+	ssize_t hl = 0;
+	if (rc == 0 && (hl = npy_header(&env.array, hdr, sizeof(hdr))) < 0)
+		rc = corrupt(t, o->ver, name, "no .npy header for its shape");
 	if (rc < 0) {
 		free(buf);
 		return rc;
 	}
-	uint8_t *payload = envb + ENVELOPE_PREFIX_LEN + env->header_len;
-	sha256_once(payload, env->payload_len, digest);
-	counter_inc(&t->metrics.verifications);
-	if (memcmp(digest, env->payload_sha256, 32) != 0) {
-		free(buf);
-		return corrupt(t, ver, name, "payload does not match payload_sha256");
-	}
-	ssize_t hl = npy_header(&env->array, hdr, sizeof(hdr));
-	if (hl < 0) {
-		free(buf);
-		return corrupt(t, ver, name, "no .npy header for its shape");
-	}
-	memcpy(payload - hl, hdr, (size_t)hl);
-	*bufp = buf;
-	*npy = payload - hl;
-	*npy_len = (size_t)hl + env->payload_len;
-	*ctime = ctime_ns(&st);
+	uint8_t *npy = envb + payload_at - hl;
+	memcpy(npy, hdr, (size_t)hl);
+	rd->buf = buf;
+	rd->data = npy;
+	rd->len = (size_t)hl + env.payload_len;
+	uint64_t known = atomic_load(&o->npy_size);
+	if (known && known != rd->len)
+		return corrupt(t, o->ver, name, "its size changed since it was indexed");
 	return 0;
 }
 
-static const struct handle_ops reader_ops;
+/* The envelope of rd's object as published, its size as indexed. */
+static int load_whole_envelope(struct tree *t, struct object_reader *rd)
+{
+	uint64_t size;
+	int rc = object_envelope_size(t, rd->obj, &size);
+
+	if (rc < 0)
+		return rc;
+	uint8_t *buf = malloc(size ? size : 1);
+	if (!buf)
+		return -ENOMEM;
+	rc = object_load_envelope(t, rd->obj, buf, (size_t)size);
+	if (rc < 0) {
+		free(buf);
+		return rc;
+	}
+	rd->buf = buf;
+	rd->data = buf;
+	rd->len = (size_t)size;
+	return 0;
+}
+
+/* Under rd->mu, at the first read. A verified .npy lets later opens keep
+ * the kernel's pages while the store file's ctime stays that of open. */
+static void reader_load(struct tree *t, struct object_reader *rd)
+{
+	struct object *o = rd->obj;
+	char name[ARTFS_HASH_HEX_MAX + 1];
+
+	rd->loaded = true;
+	if (rd->envelope) {
+		rd->error = load_whole_envelope(t, rd);
+		return;
+	}
+	object_name(o, name);
+	rd->error = load_npy(t, rd, name);
+	if (rd->error) {
+		atomic_store(&o->verified, 0);
+		return;
+	}
+	atomic_store(&o->npy_size, rd->len);
+	atomic_store(&o->ctime_ns, rd->ctime);
+	atomic_store(&o->verified, 1);
+}
+
+static int reader_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
+		       const void **data, size_t *len)
+{
+	struct object_reader *rd = (struct object_reader *)h;
+
+	pthread_mutex_lock(&rd->mu);
+	if (!rd->loaded)
+		reader_load(t, rd);
+	pthread_mutex_unlock(&rd->mu);
+	if (rd->error)
+		return rd->error;
+	buffer_slice(rd->data, rd->len, off, size, data, len);
+	return 0;
+}
+
+/* A read that must first load and verify a large object goes to a worker. */
+static bool reader_read_quick(struct tree *t, struct handle *h)
+{
+	struct object_reader *rd = (struct object_reader *)h;
+
+	(void)t;
+	return rd->loaded || atomic_load(&rd->obj->file_size) <= HANDLE_QUICK_BYTES;
+}
+
+static void reader_release(struct tree *t, struct handle *h)
+{
+	struct object_reader *rd = (struct object_reader *)h;
+
+	pthread_mutex_lock(&t->lock);
+	rd->obj->ver->open_files--;
+	pthread_mutex_unlock(&t->lock);
+	version_touch(rd->obj->ver); /* idle time counts from the last close */
+	if (rd->fd >= 0)
+		close(rd->fd);
+	free(rd->buf);
+	node_unref(&rd->obj->node, 1);
+	pthread_mutex_destroy(&rd->mu);
+	free(rd);
+}
+
+static const struct handle_ops npy_reader_ops = {
+	.kind = "object",
+	.read = reader_read,
+	.release = reader_release,
+	.read_quick = reader_read_quick,
+};
+
+static const struct handle_ops envelope_reader_ops = {
+	.kind = "key",
+	.read = reader_read,
+	.release = reader_release,
+	.read_quick = reader_read_quick,
+};
+
+/* A reader of o (fd: its store file, or -1), counted as an open file of
+ * its version and as a read; NULL without memory. */
+static struct object_reader *reader_new(struct tree *t, struct object *o, bool envelope, int fd)
+{
+	struct object_reader *rd = calloc(1, sizeof(*rd));
+
+	if (!rd)
+		return NULL;
+	handle_init(&rd->h, envelope ? &envelope_reader_ops : &npy_reader_ops);
+	pthread_mutex_init(&rd->mu, NULL);
+	rd->obj = o;
+	rd->envelope = envelope;
+	rd->fd = fd;
+	node_ref(&o->node);
+	pthread_mutex_lock(&t->lock);
+	o->ver->open_files++;
+	pthread_mutex_unlock(&t->lock);
+	counter_inc(&t->metrics.reads);
+	version_touch(o->ver);
+	return rd;
+}
 
 int object_open(struct tree *t, struct object *o, struct handle **h, struct open_reply *r)
 {
@@ -383,109 +517,34 @@ int object_open(struct tree *t, struct object *o, struct handle **h, struct open
 	int fd = open_stored(t, o->ver, name, &st);
 	if (fd < 0)
 		return fd;
-	struct object_reader *rd = calloc(1, sizeof(*rd));
+	struct object_reader *rd = reader_new(t, o, false, fd);
 	if (!rd) {
 		close(fd);
 		return -ENOMEM;
 	}
-	handle_init(&rd->h, &reader_ops);
-	pthread_mutex_init(&rd->mu, NULL);
-	rd->obj = o;
-	rd->fd = fd;
-	node_ref(&o->node);
-
+	rd->size = (uint64_t)st.st_size;
+	rd->ctime = ctime_ns(&st);
 	/* Pages the kernel cached were verified when they were read; keep them
 	 * only while the store file is unchanged since (any write to it moves
 	 * its ctime), otherwise drop them so the next read verifies again. */
-	r->keep_cache = atomic_load(&o->verified) && atomic_load(&o->ctime_ns) == ctime_ns(&st);
+	r->keep_cache = atomic_load(&o->verified) && atomic_load(&o->ctime_ns) == rd->ctime;
 	r->noflush = true;
-
-	pthread_mutex_lock(&t->lock);
-	o->ver->open_files++;
-	pthread_mutex_unlock(&t->lock);
-	counter_inc(&t->metrics.reads);
-	version_touch(o->ver);
 	*h = &rd->h;
 	return 0;
 }
 
-static void reader_load(struct tree *t, struct object_reader *rd)
+int object_open_envelope(struct tree *t, struct object *o, struct handle **h,
+			 struct open_reply *r)
 {
-	struct object *o = rd->obj;
-	struct envelope env;
-	char name[ARTFS_HASH_HEX_MAX + 1];
-	uint64_t ctime;
+	struct object_reader *rd = reader_new(t, o, true, -1);
 
-	object_name(o, name);
-	rd->loaded = true;
-	rd->error = object_load_verified(t, o->ver, rd->fd, name, o->hash, o->hash_len, &env,
-					 &rd->buf, &rd->data, &rd->len, &ctime);
-	if (rd->error) {
-		atomic_store(&o->verified, 0);
-		return;
-	}
-	uint64_t known = atomic_load(&o->npy_size);
-	if (known && known != rd->len) {
-		rd->error = corrupt(t, o->ver, name, "its size changed since it was indexed");
-		atomic_store(&o->verified, 0);
-		return;
-	}
-	atomic_store(&o->npy_size, rd->len);
-	atomic_store(&o->ctime_ns, ctime);
-	atomic_store(&o->verified, 1);
-}
-
-static int object_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
-		const void **data, size_t *len)
-{
-	struct object_reader *rd = (struct object_reader *)h;
-
-	pthread_mutex_lock(&rd->mu);
-	if (!rd->loaded)
-		reader_load(t, rd);
-	pthread_mutex_unlock(&rd->mu);
-	if (rd->error)
-		return rd->error;
-	if (off >= rd->len) {
-		*len = 0;
-		*data = rd->data;
-		return 0;
-	}
-	*data = rd->data + off;
-	*len = rd->len - off < size ? rd->len - (size_t)off : size;
+	if (!rd)
+		return -ENOMEM;
+	/* Verified at every open: the pages of one open are not another's. */
+	r->noflush = true;
+	*h = &rd->h;
 	return 0;
 }
-
-/* A read that must first load and verify a large object goes to a worker. */
-static bool object_read_quick(struct tree *t, struct handle *h)
-{
-	struct object_reader *rd = (struct object_reader *)h;
-
-	(void)t;
-	return rd->loaded || atomic_load(&rd->obj->file_size) <= HANDLE_QUICK_BYTES;
-}
-
-static void object_release(struct tree *t, struct handle *h)
-{
-	struct object_reader *rd = (struct object_reader *)h;
-
-	pthread_mutex_lock(&t->lock);
-	rd->obj->ver->open_files--;
-	pthread_mutex_unlock(&t->lock);
-	version_touch(rd->obj->ver); /* idle time counts from the last close */
-	close(rd->fd);
-	free(rd->buf);
-	node_unref(&rd->obj->node, 1);
-	pthread_mutex_destroy(&rd->mu);
-	free(rd);
-}
-
-static const struct handle_ops reader_ops = {
-	.kind = "object",
-	.read = object_read,
-	.release = object_release,
-	.read_quick = object_read_quick,
-};
 
 static const char *const xattr_names[] = {
 	ARTFS_XATTR_KEY, ARTFS_XATTR_KIND, ARTFS_XATTR_DTYPE,

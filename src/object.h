@@ -45,19 +45,13 @@ int object_know_size(struct tree *t, struct object *o);
 /* Opens a committed object for reading: reads serve its .npy, verified
  * against payload_sha256 before the first byte. */
 int object_open(struct tree *t, struct object *o, struct handle **h, struct open_reply *r);
+/* The same for its envelope exactly as published (.keys/<key>), read and
+ * verified whole at the first read (object_load_envelope). */
+int object_open_envelope(struct tree *t, struct object *o, struct handle **h,
+			 struct open_reply *r);
 
 int object_getxattr(struct tree *t, struct object *o, const char *name, char *buf, size_t cap,
 		    size_t *len);
 int object_listxattr(char *buf, size_t cap, size_t *len);
-
-/* Loads a stored object whole and verifies it. On success *buf (malloc'd)
- * holds the .npy header immediately followed by the payload at
- * (*npy, *npy_len), and env describes it. -EIO (logged, counted) when the
- * store's bytes are not the object they claim to be. Shared by object
- * reads and request materialization. */
-int object_load_verified(struct tree *t, struct version *ver, int fd, const char *name,
-			 const uint8_t *hash, size_t hash_len, struct envelope *env,
-			 uint8_t **buf, const uint8_t **npy, size_t *npy_len,
-			 uint64_t *ctime_ns);
 
 #endif

@@ -201,20 +201,20 @@ static bool fits_locked(const struct tree *t, uint64_t n)
 	return held <= t->cfg->capacity && n <= t->cfg->capacity - held;
 }
 
-/* Room for n more bytes under capacity= (reserve: held from now on;
- * otherwise only asked). Bytes are reserved as they arrive, so a writer
- * that stalls after its header holds only what it sent (a batch record
- * buffered whole reserves all of its bytes at once). A full store
- * first collects the versions that have expired. */
-static int make_room(struct tree *t, struct publish *u, uint64_t n, bool reserve)
+/* Room for need more bytes under capacity=, of which reserve bytes are
+ * held from now on, in one look under t->lock. Bytes are reserved as they
+ * arrive, so a writer that stalls after its header holds only what it sent
+ * (a batch record buffered whole reserves all of its bytes at once). A
+ * full store first collects the versions that have expired. */
+static int make_room(struct tree *t, struct publish *u, uint64_t need, uint64_t reserve)
 {
 	sizing_wait(t); /* capacity needs every stored byte counted */
 	for (int attempt = 0;; attempt++) {
 		pthread_mutex_lock(&t->lock);
-		bool fits = fits_locked(t, n);
-		if (fits && reserve) {
-			t->bytes_reserved += n;
-			u->reserved += n;
+		bool fits = fits_locked(t, need);
+		if (fits) {
+			t->bytes_reserved += reserve;
+			u->reserved += reserve;
 		}
 		pthread_mutex_unlock(&t->lock);
 		if (fits)
@@ -236,8 +236,9 @@ static int no_space(struct tree *t, struct publish *u)
 
 /* The whole header is in: check it, size the object, open its file.
  * parsed: the header as the caller parsed it already (a batch), or NULL
- * to parse it from u->head; avail: bytes of the envelope the caller holds
- * now (a batch record's all, when it is buffered whole). */
+ * to parse it from u->head; avail: bytes of the envelope that this write
+ * stores (the header and what follows it; a batch record's all, when it is
+ * buffered whole), whose room is reserved here. */
 static int accept_header(struct tree *t, struct publish *u, const struct envelope *parsed,
 			 uint64_t avail)
 {
@@ -283,9 +284,9 @@ static int accept_header(struct tree *t, struct publish *u, const struct envelop
 	} else if (old)
 		node_unref(&old->node, 1); /* its bytes are stored: it may go before commit */
 	/* Refused at once when the whole object cannot fit now; a record whose
-	 * bytes are all here holds its room from now on. */
+	 * bytes are all here holds its room from now on, else this write's. */
 	bool whole = avail >= u->total;
-	if (make_room(t, u, u->total, whole) < 0)
+	if (make_room(t, u, u->total, whole ? u->total : avail) < 0)
 		return no_space(t, u);
 	u->reserved_all = whole;
 	int rc = store_tmp_open(&t->store, &u->tmp, u->total);
@@ -379,7 +380,7 @@ static int consume(struct tree *t, struct publish *u, uint64_t off, const uint8_
 				u->env.header_len = hlen;
 				need = ENVELOPE_PREFIX_LEN + (uint64_t)hlen;
 			} else {
-				int rc = accept_header(t, u, NULL, 0);
+				int rc = accept_header(t, u, NULL, need + n);
 				if (rc < 0)
 					return rc;
 				head = u->head;
@@ -401,7 +402,8 @@ static int consume(struct tree *t, struct publish *u, uint64_t off, const uint8_
 	if (n)
 		sha256_update(&u->sha, p, n);
 	if (!u->onto_existing) {
-		if (!u->reserved_all && make_room(t, u, head_len + n, true) < 0)
+		/* the write that brought the header reserved in accept_header */
+		if (!u->reserved_all && !head && make_room(t, u, n, n) < 0)
 			return no_space(t, u);
 		int rc = store_bytes(t, u, head, head_len, p, n, store_off);
 		if (rc < 0)
@@ -477,12 +479,9 @@ static int adopt(struct tree *t, struct publish *u, struct object *old)
 		t->bytes_used += bytes;
 		old->ver->bytes += bytes;
 	}
-	char from_path[STORE_PATH_MAX], to_path[STORE_PATH_MAX];
-	version_store_path(old->ver, from, from_path);
-	version_store_path(u->ver, u->name, to_path);
-	if (renameat(old->ver->dirfd, from_path, u->ver->dirfd, to_path) < 0)
-		rc = -errno;
-	else {
+	rc = store_object_move(old->ver->dirfd, old->ver->keyonly, from, u->ver->dirfd,
+			       u->ver->keyonly, u->name);
+	if (rc == 0) {
 		/* o stands for old's file now: old's header, which may be laid
 		 * out otherwise than this publish's (unknown: learned at a read) */
 		memcpy(o->head_digest, old->head_digest, sizeof(o->head_digest));
@@ -522,19 +521,33 @@ static int remote_refused(struct tree *t, struct publish *u, int rc)
 	return fail(t, u, -EIO, "the cluster did not take it in time; nothing committed");
 }
 
+/* The staged envelope, for the cluster: its bytes are in the temporary
+ * file only, read back whole into *buf (malloc'd, u->total bytes) once per
+ * publish. 0; -ENOMEM (nothing of u decided); or u's failure, -EIO. */
+static int read_back(struct tree *t, struct publish *u, uint8_t **buf)
+{
+	*buf = malloc(u->total ? u->total : 1);
+	if (!*buf)
+		return -ENOMEM;
+	if (store_pread_all(u->tmp.fd, *buf, u->total, 0) == 0)
+		return 0;
+	free(*buf);
+	*buf = NULL;
+	return fail(t, u, -EIO, "cannot read back its temporary file");
+}
+
 /* With remote=: the object goes to the cluster before the local commit, so
  * that close() == 0 means it is on this node and in the cluster. */
 static int put_remote(struct tree *t, struct publish *u)
 {
-	uint8_t *buf = malloc(u->total ? u->total : 1);
+	uint8_t *buf;
+	int rc = read_back(t, u, &buf);
 
-	if (!buf)
-		return fail(t, u, -ENOMEM, "out of memory");
-	if (store_pread_all(u->tmp.fd, buf, u->total, 0) < 0) {
-		free(buf);
-		return fail(t, u, -EIO, "cannot read back its temporary file");
-	}
-	int rc = remote_put(t->remote, u->key + sizeof(ARTFS_KEY_PREFIX) - 1, buf, u->total);
+	if (rc == -ENOMEM)
+		return fail(t, u, rc, "out of memory");
+	if (rc < 0)
+		return rc;
+	rc = remote_put(t->remote, u->key + sizeof(ARTFS_KEY_PREFIX) - 1, buf, u->total);
 	free(buf);
 	return rc < 0 ? remote_refused(t, u, rc) : 0;
 }
@@ -565,9 +578,7 @@ static int commit(struct tree *t, struct publish *u)
 static int link_into_place(struct tree *t, struct publish *u)
 {
 	struct stat st;
-	char path[STORE_PATH_MAX];
-	version_store_path(u->ver, u->name, path);
-	int rc = store_tmp_link(u->ver->dirfd, &u->tmp, path);
+	int rc = store_tmp_link(u->ver->dirfd, u->ver->keyonly, &u->tmp, u->name);
 
 	if (rc == -EEXIST)
 		return count_existing(t, -EEXIST);
@@ -607,9 +618,7 @@ static int index_locked(struct tree *t, struct publish *u)
 static int indexed(struct tree *t, struct publish *u, int rc)
 {
 	if (rc < 0) {
-		char path[STORE_PATH_MAX];
-		version_store_path(u->ver, u->name, path);
-		store_object_remove(u->ver->dirfd, path);
+		store_object_remove(u->ver->dirfd, u->ver->keyonly, u->name);
 		return fail(t, u, rc, "out of memory while indexing");
 	}
 	counter_inc(&t->metrics.publishes);
@@ -708,17 +717,9 @@ int publish_prepare(struct tree *t, struct handle *h, uint8_t **buf, size_t *len
 	pthread_mutex_lock(&u->mu);
 	if (u->finished)
 		rc = u->result;
-	else if ((rc = payload_checked(t, u)) == 0 && !u->onto_existing && !u->fetched) {
-		*buf = malloc(u->total ? u->total : 1);
-		if (!*buf)
-			rc = -ENOMEM;
-		else if (store_pread_all(u->tmp.fd, *buf, u->total, 0) < 0) {
-			free(*buf);
-			*buf = NULL;
-			rc = fail(t, u, -EIO, "cannot read back its temporary file");
-		} else
-			*len = u->total;
-	}
+	else if ((rc = payload_checked(t, u)) == 0 && !u->onto_existing && !u->fetched &&
+		 (rc = read_back(t, u, buf)) == 0)
+		*len = u->total;
 	pthread_mutex_unlock(&u->mu);
 	return rc;
 }

@@ -956,9 +956,7 @@ static int put_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
 		return -EINVAL; /* the results come at the end of the transaction */
 	if (short_)
 		return -ENOMEM;
-	*data = p->results ? p->results + (off < p->results_len ? off : p->results_len) : "";
-	*len = off >= p->results_len ? 0
-	     : (p->results_len - off < size ? p->results_len - (size_t)off : size);
+	buffer_slice(p->results, p->results_len, off, size, data, len);
 	return 0;
 }
 

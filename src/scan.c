@@ -188,10 +188,9 @@ static void size_version(struct sizer *z, struct version *v)
 		size_t n = u.n - i < SIZE_BATCH ? u.n - i : SIZE_BATCH;
 		for (size_t k = 0; k < n; k++) {
 			struct object *o = u.o[i + k];
-			char path[STORE_PATH_MAX];
 			object_name(o, name);
-			version_store_path(v, name, path);
-			bool ok = !t->sizing_stop && store_object_stat(v->dirfd, path, &st) == 0;
+			bool ok = !t->sizing_stop &&
+				  store_object_stat(v->dirfd, v->keyonly, name, &st) == 0;
 			sizes[k] = ok ? (uint64_t)st.st_size : OBJECT_SIZE_UNKNOWN;
 			npy[k] = ok ? npy_size_of(&st) : 0;
 			if (keys && !o->keyed) { /* the key index learns it here */

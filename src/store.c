@@ -16,6 +16,25 @@
 #include "store.h"
 #include "tmp_pool.h"
 
+/* A sharded directory's path: <x>/<name>, an object name of at most
+ * ARTFS_HASH_HEX_MAX digits. */
+#define OBJECT_PATH_MAX 140
+
+/* Where the object named name lies in its version directory: name itself,
+ * or in a sharded one (the key-only version's) <x>/name, x being the
+ * first digit of the name. */
+static const char *object_path(const char *name, bool sharded, char buf[OBJECT_PATH_MAX])
+{
+	if (!sharded)
+		return name;
+	size_t n = strnlen(name, OBJECT_PATH_MAX - 3);
+	buf[0] = name[0];
+	buf[1] = '/';
+	memcpy(buf + 2, name, n);
+	buf[n + 2] = '\0';
+	return buf;
+}
+
 static int lock_store(struct store *s, char *err, size_t errlen)
 {
 	char pid[32];
@@ -95,6 +114,24 @@ static int open_tmp_dirs(struct store *s, char *err, size_t errlen)
 	return 0;
 }
 
+/* <store>/<name>, made if missing (mode 0700) and opened without following
+ * links: fd, or -errno with why in err. */
+static int top_dir(struct store *s, const char *name, char *err, size_t errlen)
+{
+	if (mkdirat(s->root_fd, name, 0700) < 0 && errno != EEXIST) {
+		int e = errno;
+		snprintf(err, errlen, "store %s: cannot create %s/: %s", s->path, name, strerror(e));
+		return -e;
+	}
+	int fd = openat(s->root_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		snprintf(err, errlen, "store %s: %s/: %s", s->path, name, strerror(e));
+		return -e;
+	}
+	return fd;
+}
+
 int store_open(struct store *s, const char *path, char *err, size_t errlen)
 {
 	struct stat st;
@@ -142,26 +179,14 @@ int store_open(struct store *s, const char *path, char *err, size_t errlen)
 	rc = lock_store(s, err, errlen);
 	if (rc < 0)
 		goto fail;
-	if (mkdirat(s->root_fd, "v", 0700) < 0 && errno != EEXIST) {
-		rc = -errno;
-		snprintf(err, errlen, "store %s: cannot create v/: %s", path, strerror(errno));
-		goto fail;
-	}
-	s->versions_fd = openat(s->root_fd, "v", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	s->versions_fd = top_dir(s, "v", err, errlen);
 	if (s->versions_fd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "store %s: v/: %s", path, strerror(errno));
+		rc = s->versions_fd;
 		goto fail;
 	}
-	if (mkdirat(s->root_fd, "trash", 0700) < 0 && errno != EEXIST) {
-		rc = -errno;
-		snprintf(err, errlen, "store %s: cannot create trash/: %s", path, strerror(errno));
-		goto fail;
-	}
-	s->trash_fd = openat(s->root_fd, "trash", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	s->trash_fd = top_dir(s, "trash", err, errlen);
 	if (s->trash_fd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "store %s: trash/: %s", path, strerror(errno));
+		rc = s->trash_fd;
 		goto fail;
 	}
 	rc = open_tmp_dirs(s, err, errlen);
@@ -340,18 +365,19 @@ static int link_once(int dirfd, struct store_tmp *tmp, const char *name)
 	return linkat(AT_FDCWD, proc, dirfd, name, AT_SYMLINK_FOLLOW) < 0 ? -errno : 0;
 }
 
-int store_tmp_link(int dirfd, struct store_tmp *tmp, const char *name)
+int store_tmp_link(int dirfd, bool sharded, struct store_tmp *tmp, const char *name)
 {
-	int rc = link_once(dirfd, tmp, name);
-	const char *slash = strchr(name, '/');
+	char buf[OBJECT_PATH_MAX];
+	const char *path = object_path(name, sharded, buf);
+	int rc = link_once(dirfd, tmp, path);
 
-	if (rc != -ENOENT || !slash || slash - name != 1)
+	if (rc != -ENOENT || !sharded)
 		return rc;
 	/* A shard is made at its first object. */
 	char shard[2] = { name[0], '\0' };
 	if (mkdirat(dirfd, shard, 0700) < 0 && errno != EEXIST)
 		return -errno;
-	return link_once(dirfd, tmp, name);
+	return link_once(dirfd, tmp, path);
 }
 
 void store_tmp_close(struct store_tmp *tmp)
@@ -402,10 +428,12 @@ int store_pread_all(int fd, void *buf, size_t len, off_t off)
 	return 0;
 }
 
-int store_object_open(int dirfd, const char *name, struct stat *st)
+int store_object_open(int dirfd, bool sharded, const char *name, struct stat *st)
 {
+	char buf[OBJECT_PATH_MAX];
+	const char *path = object_path(name, sharded, buf);
 	/* O_NONBLOCK: a FIFO put in the store must not hang the thread. */
-	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	int fd = openat(dirfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 
 	if (fd < 0)
 		return errno == ELOOP ? -EFTYPE_STORE : -errno;
@@ -421,16 +449,29 @@ const char *store_open_error(int rc)
 	return rc == -EFTYPE_STORE ? "not a regular file" : strerror(-rc);
 }
 
-int store_object_stat(int dirfd, const char *name, struct stat *st)
+int store_object_stat(int dirfd, bool sharded, const char *name, struct stat *st)
 {
-	if (fstatat(dirfd, name, st, AT_SYMLINK_NOFOLLOW) < 0)
+	char buf[OBJECT_PATH_MAX];
+
+	if (fstatat(dirfd, object_path(name, sharded, buf), st, AT_SYMLINK_NOFOLLOW) < 0)
 		return -errno;
 	return S_ISREG(st->st_mode) ? 0 : -EINVAL;
 }
 
-int store_object_remove(int dirfd, const char *name)
+int store_object_remove(int dirfd, bool sharded, const char *name)
 {
-	return unlinkat(dirfd, name, 0) < 0 ? -errno : 0;
+	char buf[OBJECT_PATH_MAX];
+
+	return unlinkat(dirfd, object_path(name, sharded, buf), 0) < 0 ? -errno : 0;
+}
+
+int store_object_move(int from_dirfd, bool from_sharded, const char *from, int to_dirfd,
+		      bool to_sharded, const char *to)
+{
+	char from_buf[OBJECT_PATH_MAX], to_buf[OBJECT_PATH_MAX];
+
+	return renameat(from_dirfd, object_path(from, from_sharded, from_buf), to_dirfd,
+			object_path(to, to_sharded, to_buf)) < 0 ? -errno : 0;
 }
 
 int store_list(int dirfd, store_entry_fn fn, void *ctx)
@@ -468,21 +509,6 @@ int store_mark_npy_size(int fd, uint64_t npy_size)
 	return futimens(fd, ts) < 0 ? -errno : 0;
 }
 
-void store_object_path(const char *name, bool sharded, char out[STORE_PATH_MAX])
-{
-	size_t n = strnlen(name, STORE_PATH_MAX - 3);
-
-	if (sharded) {
-		out[0] = name[0];
-		out[1] = '/';
-		memcpy(out + 2, name, n);
-		out[n + 2] = '\0';
-	} else {
-		memcpy(out, name, n);
-		out[n] = '\0';
-	}
-}
-
 struct objects_ctx {
 	int dirfd;
 	store_entry_fn fn;
@@ -504,14 +530,13 @@ static unsigned char entry_type(int dirfd, const char *name, unsigned char d_typ
 static int move_into_shard(void *ctx, const char *name, unsigned char d_type)
 {
 	struct objects_ctx *c = ctx;
-	char shard[2] = { name[0], '\0' }, path[STORE_PATH_MAX];
+	char shard[2] = { name[0], '\0' }, buf[OBJECT_PATH_MAX];
 
 	if (!key_is_hex(name, 1) || entry_type(c->dirfd, name, d_type) != DT_REG)
 		return 0;
-	store_object_path(name, true, path);
 	if (mkdirat(c->dirfd, shard, 0700) < 0 && errno != EEXIST)
 		return -errno;
-	if (renameat2(c->dirfd, name, c->dirfd, path, RENAME_NOREPLACE) < 0)
+	if (renameat2(c->dirfd, name, c->dirfd, object_path(name, true, buf), RENAME_NOREPLACE) < 0)
 		log_warn("store: cannot move %s into its shard %s/: %s", name, shard, strerror(errno));
 	return 0;
 }

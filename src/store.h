@@ -81,11 +81,11 @@ int store_trash_empty(struct store *s, const char *trash_name);
 /* A temporary file for an object of size bytes (0: unknown): one made
  * ahead, or made now in the calling thread's tmp/<k>. */
 int store_tmp_open(struct store *s, struct store_tmp *tmp, uint64_t size);
-/* Gives the temporary file its name in the directory dirfd (a path of
- * store_object_path: a shard is made at its first object); -EEXIST if the
- * name is taken. The fd stays open (the caller closes it with
- * store_tmp_close). */
-int store_tmp_link(int dirfd, struct store_tmp *tmp, const char *name);
+/* Gives the temporary file the object name name in the version directory
+ * dirfd (sharded: the key-only version's, whose shard is made at its first
+ * object); -EEXIST if the name is taken. The fd stays open (the caller
+ * closes it with store_tmp_close). */
+int store_tmp_link(int dirfd, bool sharded, struct store_tmp *tmp, const char *name);
 void store_tmp_close(struct store_tmp *tmp);
 /* Drops what a crash left in tmp/ (named temporary files only); returns
  * how many. */
@@ -99,23 +99,25 @@ int store_pread_all(int fd, void *buf, size_t len, off_t off);
 /* What store_object_open answers for a name that is not a regular file
  * (a link, a FIFO, a device): the store is damaged there. */
 #define EFTYPE_STORE EUCLEAN
-/* A committed object's file, read-only: fd or -errno; *st is its stat. */
-int store_object_open(int dirfd, const char *name, struct stat *st);
+/* The committed object named name in the version directory dirfd (sharded:
+ * the key-only version's, where the store finds its shard): its file,
+ * read-only: fd or -errno; *st is its stat. */
+int store_object_open(int dirfd, bool sharded, const char *name, struct stat *st);
 /* The reason to log for a negative errno of store_object_open. */
 const char *store_open_error(int rc);
-int store_object_stat(int dirfd, const char *name, struct stat *st);
-int store_object_remove(int dirfd, const char *name);
+/* The same object's stat without opening it, and its removal. */
+int store_object_stat(int dirfd, bool sharded, const char *name, struct stat *st);
+int store_object_remove(int dirfd, bool sharded, const char *name);
+/* Moves the object from in one version directory to the name to in another
+ * (an object that had only its key gains a name): 0 or -errno. */
+int store_object_move(int from_dirfd, bool from_sharded, const char *from, int to_dirfd,
+		      bool to_sharded, const char *to);
 
 /* Calls fn for each entry of the directory fd (not "." or ".."); stops
  * when fn returns non-zero and returns that. d_type is DT_* */
 typedef int (*store_entry_fn)(void *ctx, const char *name, unsigned char d_type);
 int store_list(int dirfd, store_entry_fn fn, void *ctx);
 
-/* Where an object named name lies in its version directory: name itself,
- * or in a sharded directory (the key-only version's) <x>/name, x being the
- * first digit of the name. */
-#define STORE_PATH_MAX 140
-void store_object_path(const char *name, bool sharded, char out[STORE_PATH_MAX]);
 /* The entries of a version directory, as store_list gives them; in a
  * sharded one the files of every shard, and a file at its top (a store
  * from before shards) is moved into its shard first. */

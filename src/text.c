@@ -18,13 +18,7 @@ static int text_read(struct tree *t, struct handle *h, uint64_t off, size_t size
 	struct text_handle *th = (struct text_handle *)h;
 
 	(void)t;
-	if (off >= th->len) {
-		*data = th->text;
-		*len = 0;
-		return 0;
-	}
-	*data = th->text + off;
-	*len = th->len - off < size ? th->len - (size_t)off : size;
+	buffer_slice(th->text, th->len, off, size, data, len);
 	return 0;
 }
 

@@ -559,17 +559,16 @@ static int remove_object(struct tree *t, struct version *v, const uint8_t *hash,
 		rc = -ENOENT;
 	else {
 		struct stat st;
-		char path[STORE_PATH_MAX];
 		v = o->ver;
 		object_name(o, name);
-		version_store_path(v, name, path);
 		bytes = atomic_load(&o->file_size);
 		if (bytes == OBJECT_SIZE_UNKNOWN) { /* found at start, not sized yet */
-			bytes = store_object_stat(v->dirfd, path, &st) == 0 ? (uint64_t)st.st_size : 0;
+			bytes = store_object_stat(v->dirfd, v->keyonly, name, &st) == 0
+					? (uint64_t)st.st_size : 0;
 			t->bytes_used += bytes;
 			v->bytes += bytes;
 		}
-		rc = store_object_remove(v->dirfd, path);
+		rc = store_object_remove(v->dirfd, v->keyonly, name);
 		if (rc == 0 || rc == -ENOENT) {
 			t->bytes_used -= bytes;
 			t->objects--;
