@@ -1541,13 +1541,7 @@ static int publish_read(struct tree *t, struct handle *h, uint64_t off, size_t s
 	pthread_mutex_lock(&ph->mu);
 	n = ph->done ? strlen(ph->reply) : 0;
 	pthread_mutex_unlock(&ph->mu);
-	if (off >= n) {
-		*data = ph->reply;
-		*len = 0;
-		return 0;
-	}
-	*data = ph->reply + off;
-	*len = n - off < size ? n - off : size;
+	buffer_slice(ph->reply, n, off, size, data, len);
 	return 0;
 }
 
