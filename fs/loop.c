@@ -27,8 +27,10 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <time.h>
+#include <linux/fuse.h>
 #include <unistd.h>
 
+#include "held.h"
 #include "log.h"
 #include "loop.h"
 #include "parallel.h"
@@ -47,6 +49,8 @@ static struct {
 	int64_t spin_ns;            /* see receive(); 0: none */
 	_Atomic unsigned slow;      /* requests running that handed the reading off */
 	int end_fd;                 /* an eventfd, readable once the loop ends */
+	struct held *held;          /* where each thread notes the request it serves */
+	_Atomic bool drained;       /* fs_loop_drain ended it */
 } pool = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
 static _Thread_local bool leading;
@@ -90,6 +94,8 @@ static int receive(struct fuse_buf *buf)
 	int64_t start = pool.spin_ns ? now_ns() : 0, until = start + pool.spin_ns;
 
 	for (;;) {
+		if (atomic_load_explicit(&pool.stop, memory_order_relaxed))
+			return 0; /* drained: no request is read after the stop */
 		int n = fuse_session_receive_buf(pool.se, buf);
 		if (n != -EAGAIN)
 			return n;
@@ -110,10 +116,30 @@ static int receive(struct fuse_buf *buf)
 	}
 }
 
+/* Notes in the held memory the request this thread serves (its unique and
+ * opcode; n 0: none): what a daemon that dies leaves unanswered. */
+static void note(struct held_inflight *f, const struct fuse_buf *buf, int n)
+{
+	struct fuse_in_header in;
+
+	if (!f)
+		return;
+	if (n < (int)sizeof(in)) {
+		atomic_store_explicit(&f->unique, 0, memory_order_release);
+		return;
+	}
+	memcpy(&in, buf->mem, sizeof(in));
+	atomic_store_explicit(&f->opcode, in.opcode, memory_order_relaxed);
+	atomic_store_explicit(&f->unique, in.unique, memory_order_release);
+}
+
 /* Reads and answers requests until this thread hands the reading off:
  * 0, or the session ended: -errno, 1 when it ended cleanly. */
 static int lead(struct fuse_buf *buf)
 {
+	struct held_inflight *f = pool.held ? held_inflight(pool.held, (unsigned)(buf - pool.bufs))
+					    : NULL;
+
 	while (leading) {
 		if (atomic_load(&pool.stop) || fuse_session_exited(pool.se))
 			return 1;
@@ -122,7 +148,9 @@ static int lead(struct fuse_buf *buf)
 			continue;
 		if (n <= 0)
 			return n < 0 && n != -ENODEV ? n : 1;
+		note(f, buf, n);
 		fuse_session_process_buf(pool.se, buf);
+		note(f, buf, 0);
 		if (!leading) /* it was slow and handed off: it ended now */
 			atomic_fetch_sub(&pool.slow, 1);
 	}
@@ -178,12 +206,31 @@ void fs_hand_off(void)
 	pthread_mutex_unlock(&pool.mu);
 }
 
-int fs_loop(struct fuse_session *se, unsigned max_threads)
+void fs_loop_drain(void)
+{
+	pthread_mutex_lock(&pool.mu);
+	if (!atomic_load(&pool.stop)) {
+		atomic_store(&pool.drained, true);
+		atomic_store(&pool.stop, true);
+		pthread_cond_broadcast(&pool.cv);
+		sem_post(&pool.ended);
+	}
+	pthread_mutex_unlock(&pool.mu);
+}
+
+bool fs_loop_drained(void)
+{
+	return atomic_load(&pool.drained);
+}
+
+int fs_loop(struct fuse_session *se, unsigned max_threads, struct held *held)
 {
 	sigset_t all, old;
 	bool started;
 
 	pool.max = max_threads ? max_threads : 1;
+	if (pool.max > HELD_INFLIGHT)
+		pool.max = HELD_INFLIGHT; /* each thread notes its request in a slot of its own */
 	pool.ids = calloc(pool.max, sizeof(*pool.ids));
 	pool.bufs = calloc(pool.max, sizeof(*pool.bufs));
 	if (!pool.ids || !pool.bufs || sem_init(&pool.ended, 0, 0) != 0) {
@@ -193,6 +240,7 @@ int fs_loop(struct fuse_session *se, unsigned max_threads)
 	}
 	pool.se = se;
 	pool.rc = 0;
+	pool.held = held;
 	pool.spin_ns = parallel_wait_awake() ? LEAD_SPIN_NS : 0; /* else the CPU is wanted */
 	int fd = fuse_session_fd(se), fl = fcntl(fd, F_GETFL);
 	pool.end_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -206,6 +254,7 @@ int fs_loop(struct fuse_session *se, unsigned max_threads)
 		return rc;
 	}
 	pool.leader = false;
+	atomic_store(&pool.drained, false);
 	atomic_store(&pool.stop, false);
 	atomic_store(&pool.slow, 0);
 	/* Threads inherit the mask: signals reach only this one. */

@@ -17,18 +17,18 @@ static struct tree *tree_of(fuse_req_t req)
 
 static struct node *node_of(fuse_req_t req, fuse_ino_t ino)
 {
-	return node_from_id(tree_of(req), ino);
+	return tree_node(tree_of(req), ino);
 }
 
-static struct handle *handle_of(const struct fuse_file_info *fi)
+static struct handle *handle_of(fuse_req_t req, const struct fuse_file_info *fi)
 {
-	return (struct handle *)(uintptr_t)fi->fh;
+	return tree_handle(tree_of(req), fi->fh);
 }
 
 static void set_open_flags(struct fuse_file_info *fi, struct handle *h,
 			   const struct open_reply *r)
 {
-	fi->fh = (uint64_t)(uintptr_t)h;
+	fi->fh = h->fh;
 	fi->keep_cache = r->keep_cache;
 	fi->direct_io = r->direct_io;
 	fi->noflush = r->noflush;
@@ -38,7 +38,7 @@ static void set_open_flags(struct fuse_file_info *fi, struct handle *h,
 static void fill_entry(fuse_req_t req, const struct tree_entry *e, struct fuse_entry_param *p)
 {
 	memset(p, 0, sizeof(*p));
-	p->ino = node_id(tree_of(req), e->node);
+	p->ino = e->id;
 	p->attr = e->st;
 	p->attr_timeout = e->attr_timeout;
 	p->entry_timeout = e->entry_timeout;
@@ -62,7 +62,7 @@ static void reply_entry(fuse_req_t req, int rc, const struct tree_entry *e)
 	}
 	fill_entry(req, e, &p);
 	if (fuse_reply_entry(req, &p) != 0)
-		tree_forget(tree_of(req), e->node, 1); /* the request was interrupted */
+		tree_forget(tree_of(req), e->id, 1); /* the request was interrupted */
 }
 
 /* A request's arguments and what to run. A request that may take long
@@ -103,14 +103,14 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	tree_forget(tree_of(req), node_of(req, ino), nlookup);
+	tree_forget(tree_of(req), ino, nlookup);
 	fuse_reply_none(req);
 }
 
 static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
 {
 	for (size_t i = 0; i < count; i++)
-		tree_forget(tree_of(req), node_of(req, forgets[i].ino), forgets[i].nlookup);
+		tree_forget(tree_of(req), forgets[i].ino, forgets[i].nlookup);
 	fuse_reply_none(req);
 }
 
@@ -218,7 +218,7 @@ static void run_create(struct job *j)
 	fill_entry(j->req, &e, &p);
 	if (fuse_reply_create(j->req, &p, &j->fi) != 0) {
 		tree_release(t, h);
-		tree_forget(t, e.node, 1);
+		tree_forget(t, e.id, 1);
 	}
 }
 
@@ -266,7 +266,7 @@ static void run_read(struct job *j)
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	struct job j = { .run = run_read, .req = req, .h = handle_of(fi), .size = size, .off = off };
+	struct job j = { .run = run_read, .req = req, .h = handle_of(req, fi), .size = size, .off = off };
 
 	run_job(tree_read_quick(tree_of(req), j.h), &j);
 }
@@ -286,7 +286,7 @@ static void run_write(struct job *j)
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
-	struct job j = { .run = run_write, .req = req, .h = handle_of(fi), .fi = *fi,
+	struct job j = { .run = run_write, .req = req, .h = handle_of(req, fi), .fi = *fi,
 			 .size = size, .off = off, .data = buf };
 
 	run_job(tree_write_quick(tree_of(req), j.h, size), &j);
@@ -299,7 +299,7 @@ static void run_flush(struct job *j)
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct job j = { .run = run_flush, .req = req, .h = handle_of(fi), .fi = *fi };
+	struct job j = { .run = run_flush, .req = req, .h = handle_of(req, fi), .fi = *fi };
 
 	run_job(tree_flush_quick(tree_of(req), j.h), &j);
 }
@@ -313,7 +313,7 @@ static void run_fsync(struct job *j)
  * slow as a flush, so deferred by the same test. */
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	struct job j = { .run = run_fsync, .req = req, .h = handle_of(fi) };
+	struct job j = { .run = run_fsync, .req = req, .h = handle_of(req, fi) };
 
 	run_job(tree_flush_quick(tree_of(req), j.h), &j);
 }
@@ -326,8 +326,12 @@ static void run_release(struct job *j)
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct job j = { .run = run_release, .req = req, .h = handle_of(fi) };
+	struct job j = { .run = run_release, .req = req, .h = tree_released(tree_of(req), fi->fh) };
 
+	if (!j.h) { /* a daemon before opened it, and this one never did */
+		fuse_reply_err(req, 0);
+		return;
+	}
 	run_job(tree_release_quick(tree_of(req), j.h), &j);
 }
 
@@ -341,7 +345,7 @@ static void run_opendir(struct job *j)
 		fuse_reply_err(j->req, -rc);
 		return;
 	}
-	j->fi.fh = (uint64_t)(uintptr_t)h;
+	j->fi.fh = h->fh;
 	if (fuse_reply_open(j->req, &j->fi) != 0)
 		tree_releasedir(t, h);
 }
@@ -365,7 +369,8 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	for (size_t i = (size_t)off; tree_readdir(t, handle_of(fi), i, &de) == 0; i++) {
+	struct handle *h = handle_of(req, fi);
+	for (size_t i = (size_t)off; tree_readdir(t, h, i, &de) == 0; i++) {
 		struct stat st = { .st_ino = de.ino, .st_mode = (mode_t)de.type << 12 };
 		size_t n = fuse_add_direntry(req, buf + used, size - used, de.name, &st, (off_t)(i + 1));
 		if (n > size - used)
@@ -378,7 +383,10 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	tree_releasedir(tree_of(req), handle_of(fi));
+	struct handle *h = tree_released(tree_of(req), fi->fh);
+
+	if (h)
+		tree_releasedir(tree_of(req), h);
 	fuse_reply_err(req, 0);
 }
 
@@ -449,7 +457,7 @@ static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
 		fuse_reply_err(req, ENOTTY);
 		return;
 	}
-	int rc = tree_ioctl(tree_of(req), handle_of(fi), cmd, in_buf, in_bufsz, &out,
+	int rc = tree_ioctl(tree_of(req), handle_of(req, fi), cmd, in_buf, in_bufsz, &out,
 			    out_bufsz < sizeof(out) ? out_bufsz : sizeof(out));
 	if (rc < 0)
 		fuse_reply_err(req, -rc);
@@ -463,7 +471,7 @@ static void op_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
 	/* Nothing is ever signalled: a waiter wakes when the connection ends. */
 	if (ph)
 		fuse_pollhandle_destroy(ph);
-	fuse_reply_poll(req, tree_poll(tree_of(req), handle_of(fi)));
+	fuse_reply_poll(req, tree_poll(tree_of(req), handle_of(req, fi)));
 }
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)

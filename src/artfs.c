@@ -1,4 +1,7 @@
-/* artfs: the daemon. Parses options, opens the store, mounts, serves. */
+/* artfs: parses the options, then is either the holder of a mount
+ * (fs/holder.c: what `artfs <mountpoint>` runs) or the daemon that a
+ * holder started (the environment says so: fs/takeover.h), which opens
+ * the store and serves. */
 #include "autoconf.h"
 
 #include <errno.h>
@@ -9,12 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "expiry.h"
+#include "fs/holder.h"
 #include "fs/loop.h"
 #include "fs/ops.h"
+#include "fs/takeover.h"
+#include "keeper.h"
 #include "log.h"
 #include "scan.h"
 #include "tree.h"
@@ -87,50 +94,153 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	return 0;
 }
 
-static int serve(struct tree *t, struct fuse_args *args, struct fuse_cmdline_opts *opts)
-{
-	int rc = 1;
-	struct fuse_session *se = fuse_session_new(args, &artfs_ll_ops, sizeof(artfs_ll_ops), t);
+/* ---- the daemon a holder runs ------------------------------------------------------------ */
 
-	if (!se)
-		return 1;
-	if (fuse_set_signal_handlers(se) != 0)
-		goto out_destroy;
-	if (fuse_session_mount(se, opts->mountpoint) != 0)
-		goto out_signals;
-	if (fuse_daemonize(opts->foreground) != 0)
-		goto out_unmount;
-	log_init(!opts->foreground, opts->debug);
-	store_note_pid(&t->store);
-	t->forget_entry = fs_forget_entry;
-	t->forget_ctx = se;
+struct daemon {
+	struct tree *t;
+	struct takeover tk;
+	pthread_t control;
+	bool control_started;
+};
+
+/* The holder's DRAIN: no request is read any more; the loop returns once
+ * those read are answered. */
+static void *control_main(void *arg)
+{
+	struct daemon *d = arg;
+	struct keeper_msg m;
+
+	while (keeper_recv(d->tk.ctl, &m, NULL, -1) == 0)
+		if (m.type == KEEPER_DRAIN) {
+			log_info("draining for an upgrade");
+			fs_loop_drain();
+		}
+	return NULL;
+}
+
+static int ask_upgrade(void *ctx)
+{
+	struct daemon *d = ctx;
+	struct keeper_msg m = keeper_msg_make(KEEPER_UPGRADE, NULL, 0);
+
+	return keeper_send(d->tk.ctl, &m, -1);
+}
+
+/* What runs beside the requests: sizing, expiry, the preloads. */
+static void start_work(struct tree *t)
+{
 	scan_size_start(t);
 	if (expiry_start(t) < 0)
 		log_err("cannot start the collection thread; ttl= is not enforced");
 	weights_preload(t);
-	log_info("mounted %s (store %s, %llu objects, capacity %llu bytes)", opts->mountpoint,
-		 t->cfg->store, (unsigned long long)t->objects, (unsigned long long)t->cfg->capacity);
-	if (opts->singlethread)
-		rc = fuse_session_loop(se);
-	else
-		rc = fs_loop(se, opts->max_threads != UINT_MAX ? opts->max_threads : 64);
+}
+
+/* Takes the session over and says so to the holder; for an upgrade waits
+ * until the daemon before drained. 0, or -1: this daemon does not serve. */
+static int take_over(struct daemon *d, struct fuse_session *se)
+{
+	struct tree *t = d->t;
+	int rc = takeover_session(se, &d->tk, &t->held);
+
+	if (rc < 0) {
+		takeover_ready(&d->tk, rc, "cannot take the FUSE session over (see the log)");
+		return -1;
+	}
+	t->forget_entry = fs_forget_entry;
+	t->forget_ctx = se;
+	t->upgrade = ask_upgrade;
+	t->upgrade_ctx = d;
+	if (d->tk.start != TAKEOVER_UPGRADE) {
+		tree_take_over(t);
+		takeover_recover(&d->tk, &t->held, d->tk.start == TAKEOVER_CRASH);
+		start_work(t);
+	}
+	int go = takeover_ready(&d->tk, 0, NULL);
+	if (go < 0)
+		return -1;
+	if (d->tk.start == TAKEOVER_UPGRADE) { /* the daemon before is done with the store */
+		if (tree_take_over(t) < 0)
+			exit(1); /* the holder starts another, as after a crash */
+		takeover_recover(&d->tk, &t->held, go == 1);
+		start_work(t);
+	}
+	d->control_started = pthread_create(&d->control, NULL, control_main, d) == 0;
+	return 0;
+}
+
+/* Serves until the mount ends, a stop signal, or a drain (then what the
+ * kernel holds is left for the next daemon). Never unmounts: the holder
+ * does. */
+static int serve(struct daemon *d, struct fuse_args *args, struct fuse_cmdline_opts *opts)
+{
+	struct tree *t = d->t;
+	int rc = 1;
+	struct fuse_session *se = fuse_session_new(args, &artfs_ll_ops, sizeof(artfs_ll_ops), t);
+
+	if (!se) {
+		takeover_ready(&d->tk, -EINVAL, "cannot make a FUSE session (see the log)");
+		return 1;
+	}
+	if (fuse_set_signal_handlers(se) != 0)
+		goto out_destroy;
+	signal(SIGHUP, SIG_IGN); /* the holder's: an upgrade */
+	if (take_over(d, se) < 0)
+		goto out_signals;
+	log_info("serving %s (daemon %ld, %s; store %s, %llu objects, capacity %llu bytes)",
+		 opts->mountpoint, (long)getpid(),
+		 d->tk.start == TAKEOVER_FIRST ? "first" : d->tk.start == TAKEOVER_CRASH
+			 ? "after a crash" : "upgrade", t->cfg->store, (unsigned long long)t->objects,
+		 (unsigned long long)t->cfg->capacity);
+	unsigned threads = opts->singlethread ? 1
+			 : opts->max_threads != UINT_MAX ? opts->max_threads : 64;
+	rc = fs_loop(se, threads, &t->held);
 	/* The loop reports the signal that ended it; those are a clean exit. */
-	if (rc == SIGTERM || rc == SIGINT || rc == SIGHUP)
+	if (rc == SIGTERM || rc == SIGINT || rc == SIGHUP || fs_loop_drained())
 		rc = 0;
-	log_info("unmounting %s", opts->mountpoint);
-	/* Unmount first: a kernel notification the janitor may be waiting in
-	 * ends with the connection. */
 	t->forget_entry = NULL;
-	fuse_session_unmount(se);
 	expiry_stop(t);
-	goto out_signals;
-out_unmount:
-	fuse_session_unmount(se);
+	if (fs_loop_drained())
+		tree_hand_over(t);
 out_signals:
 	fuse_remove_signal_handlers(se);
 out_destroy:
 	fuse_session_destroy(se);
 	return rc ? 1 : 0;
+}
+
+static int run_daemon(struct artfs_config *cfg, struct fuse_args *args,
+		      struct fuse_cmdline_opts *opts)
+{
+	struct daemon d = { 0 };
+	struct tree t;
+	char err[512];
+
+	if (!takeover_from_env(&d.tk))
+		return 1;
+	log_init(!opts->foreground, opts->debug);
+	struct tree_start start = { .held_fd = d.tk.held_fd, .lock_fd = d.tk.lock_fd,
+				    .takeover = d.tk.start != TAKEOVER_FIRST,
+				    .defer_scan = d.tk.start == TAKEOVER_UPGRADE };
+	if (tree_open_start(&t, cfg, &start, err, sizeof(err)) < 0) {
+		log_err("%s", err);
+		takeover_ready(&d.tk, -EIO, err);
+		return 1;
+	}
+	atomic_fetch_add(&t.held.hdr->generation, 1);
+	d.t = &t;
+	int rc = serve(&d, args, opts);
+	bool drained = fs_loop_drained();
+	tree_close(&t);
+	if (drained) {
+		struct keeper_msg m = keeper_msg_make(KEEPER_DRAINED, NULL, 0);
+		keeper_send(d.tk.ctl, &m, -1);
+		log_info("drained: the next daemon serves");
+	}
+	if (d.control_started) {
+		shutdown(d.tk.ctl, SHUT_RDWR);
+		pthread_join(d.control, NULL);
+	}
+	return rc;
 }
 
 int main(int argc, char *argv[])
@@ -139,7 +249,6 @@ int main(int argc, char *argv[])
 	struct fuse_cmdline_opts opts;
 	struct artfs_config cfg;
 	struct cmdline c = { .cfg = &cfg };
-	struct tree t;
 	char err[512];
 	int rc = 1;
 
@@ -187,12 +296,15 @@ int main(int argc, char *argv[])
 	fuse_opt_add_arg(&args, "-odefault_permissions,fsname=artfs,subtype=artfs");
 
 	log_init(0, opts.debug);
-	if (tree_open(&t, &cfg, err, sizeof(err)) < 0) {
-		fprintf(stderr, "artfs: %s\n", err);
-		goto out_opts;
+	if (holder_started_us()) {
+		rc = run_daemon(&cfg, &args, &opts);
+	} else {
+		struct holder_options ho = {
+			.argv = argv, .mountpoint = opts.mountpoint, .store = cfg.store,
+			.foreground = opts.foreground, .debug = opts.debug, .no_resend = !cfg.resend,
+		};
+		rc = holder_run(&args, &ho);
 	}
-	rc = serve(&t, &args, &opts);
-	tree_close(&t);
 out_opts:
 	free(opts.mountpoint);
 out:

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -1063,6 +1064,75 @@ static int cmd_unload(struct ctl *ctl, int argc, char **argv)
 	return 0;
 }
 
+/* ---- upgrade ------------------------------------------------------------------------ */
+
+#define UPGRADE_WAIT_S 120
+
+/* The serving daemon's pid and generation, from the metrics. */
+static int daemon_of(const struct ctl *ctl, uint64_t *pid, uint64_t *generation)
+{
+	char *text = NULL;
+	size_t len;
+	struct metrics_view m = { 0 };
+	int rc = info_read(ctl, ".artfs/metrics", &text, &len);
+
+	if (rc < 0)
+		return rc;
+	for_each_line(text, len, metrics_line, &m);
+	free(m.samples);
+	free(text);
+	if (!m.global[METRIC_DAEMON_PID].have || !m.global[METRIC_DAEMON_GENERATION].have)
+		return -EPROTO; /* a daemon from before restarts */
+	*pid = m.global[METRIC_DAEMON_PID].v;
+	*generation = m.global[METRIC_DAEMON_GENERATION].v;
+	return 0;
+}
+
+static double seconds_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Asks for the binary on disk to take over the mount (the holder starts
+ * it beside the serving daemon, which drains), and waits until it serves. */
+static int cmd_upgrade(struct ctl *ctl, int argc, char **argv)
+{
+	uint64_t pid, gen, now_pid, now_gen;
+
+	if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+		usage(stdout);
+		return 0;
+	}
+	if (argc != 1)
+		return bad_usage("upgrade: takes no argument");
+	int rc = mount_check(ctl);
+	if (rc)
+		return rc;
+	if ((rc = daemon_of(ctl, &pid, &gen)) < 0)
+		return fail("upgrade: %s does not say which daemon serves it (%s): an artfs "
+			    "from before in-place upgrades", ctl->mnt, strerror(-rc));
+	double start = seconds_now();
+	rc = control_write(ctl, "upgrade", "upgrade\n");
+	if (rc == -EOPNOTSUPP)
+		return fail("upgrade: the daemon of %s was not started by a holder", ctl->mnt);
+	if (rc < 0)
+		return fail("upgrade: %s", strerror(-rc));
+	for (;;) {
+		if (daemon_of(ctl, &now_pid, &now_gen) == 0 && now_gen > gen)
+			break;
+		if (seconds_now() - start > UPGRADE_WAIT_S)
+			return fail("upgrade: no new daemon serves %s after %d s (the daemon log "
+				    "says why)", ctl->mnt, UPGRADE_WAIT_S);
+		usleep(10000);
+	}
+	printf("%s: upgraded: daemon %" PRIu64 " serves it, after daemon %" PRIu64 " (%.3f s)\n",
+	       ctl->mnt, now_pid, pid, seconds_now() - start);
+	return 0;
+}
+
 /* ---- dispatch ------------------------------------------------------------------ */
 
 /* One entry and one function per command. */
@@ -1079,6 +1149,9 @@ static const struct command commands[] = {
 	{ "unload", "<wv>",
 	  "remove <wv>/weights; GPU memory is freed when the last attached engine closes",
 	  cmd_unload },
+	{ "upgrade", "",
+	  "the artfs binary now on disk takes the mount over; no client sees an error",
+	  cmd_upgrade },
 };
 
 static const struct command *commands_list(size_t *n)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base.h"
+#include "ids.h"
 #include "key.h"
 #include "log.h"
 
@@ -46,12 +47,7 @@ void version_touch(struct version *v)
 
 uint64_t node_id(struct tree *t, struct node *n)
 {
-	return n == &t->root ? 1 : (uint64_t)(uintptr_t)n;
-}
-
-struct node *node_from_id(struct tree *t, uint64_t id)
-{
-	return id == 1 ? &t->root : (struct node *)(uintptr_t)id;
+	return ids_node_shown(t, n);
 }
 
 void sizing_wait(struct tree *t)
@@ -96,6 +92,10 @@ static void handle_free(struct tree *t, struct handle *h)
 		h->next->prev = h->prev;
 		pthread_mutex_unlock(&open_handles_lock);
 	}
+	/* Its number goes with it, unless the next daemon is to open it again
+	 * (a drained daemon's handles that the kernel still holds). */
+	if (h->fh && !t->handing_over)
+		ids_handle_unbind(t, h);
 	if (h->ops->release)
 		h->ops->release(t, h);
 }
@@ -109,6 +109,15 @@ void handle_put(struct tree *t, struct handle *h)
 {
 	if (atomic_fetch_sub(&h->users, 1) == 1)
 		handle_free(t, h);
+}
+
+void handles_hand_over(struct tree *t)
+{
+	pthread_mutex_lock(&open_handles_lock);
+	for (struct handle *h = open_handles.next; h != &open_handles; h = h->next)
+		if (h->ops->hand_over)
+			h->ops->hand_over(t, h);
+	pthread_mutex_unlock(&open_handles_lock);
 }
 
 void handles_release_all(struct tree *t)
@@ -142,6 +151,17 @@ struct version *version_find(struct tree *t, const char *name)
 		node_ref(&v->node);
 	pthread_mutex_unlock(&t->lock);
 	return v;
+}
+
+struct object *version_object_find(struct tree *t, struct version *v, const uint8_t *hash,
+				   size_t len)
+{
+	pthread_mutex_lock(&t->lock);
+	struct object *o = index_object_find(&t->idx, v, hash, len);
+	if (o)
+		node_ref(&o->node);
+	pthread_mutex_unlock(&t->lock);
+	return o;
 }
 
 static int make(struct tree *t, const char *name, bool keyonly, struct version **out)
@@ -294,39 +314,92 @@ int transaction_result_make(struct tree *t, struct transaction *x, size_t size)
 	return 0;
 }
 
-static int request_text_append(struct tree *t, struct request_text *rt, uint64_t off,
-			       const void *buf, size_t len, size_t max)
+/* Room for cap bytes of request text: in the handle's record in the
+ * holder's memory when it has one. 0 or -ENOMEM. */
+static int request_text_grow(struct tree *t, struct transaction *x, size_t cap)
 {
-	if (off != rt->len)
-		return -EINVAL;
-	if (len > max - rt->len)
-		return -EFBIG;
-	if (!len)
-		return 0;
-	if (rt->len + len > rt->cap) {
-		size_t cap = rt->cap ? rt->cap : 4096;
-		while (cap < rt->len + len)
-			cap *= 2;
-		if (!transaction_memory_take(t, cap - rt->cap))
-			return -ENOMEM;
-		char *grown = realloc(rt->text, cap);
-		if (!grown) {
+	struct request_text *rt = &x->req;
+	struct held_handle *rec = x->h.fh ? ids_handle_record(t, x->h.fh) : NULL;
+
+	if (!transaction_memory_take(t, cap - rt->cap))
+		return -ENOMEM;
+	if (rec) {
+		if (held_text_reserve(&t->held, rec, cap) < 0) {
 			transaction_memory_give(t, cap - rt->cap);
 			return -ENOMEM;
 		}
-		rt->text = grown;
+		rt->text = (char *)held_text(&t->held, rec);
+		rt->held = true;
 		rt->cap = cap;
+		return 0;
 	}
-	memcpy(rt->text + rt->len, buf, len);
-	rt->len += len;
+	char *grown = realloc(rt->text, cap);
+	if (!grown) {
+		transaction_memory_give(t, cap - rt->cap);
+		return -ENOMEM;
+	}
+	rt->text = grown;
+	rt->cap = cap;
+	return 0;
+}
+
+/* A write at off: what lies before the end must be what is there already
+ * (a write a daemon that died had taken, sent again by the kernel); the
+ * rest is appended. */
+static int request_text_append(struct tree *t, struct transaction *x, uint64_t off,
+			       const void *buf, size_t len, size_t max)
+{
+	struct request_text *rt = &x->req;
+	size_t again = 0;
+
+	if (off > rt->len)
+		return -EINVAL;
+	if (off < rt->len) {
+		again = rt->len - off < len ? rt->len - (size_t)off : len;
+		if (memcmp(rt->text + off, buf, again) != 0)
+			return -EINVAL;
+	}
+	size_t more = len - again;
+	if (more > max - rt->len)
+		return -EFBIG;
+	if (!more)
+		return (int)len;
+	if (rt->len + more > rt->cap) {
+		size_t cap = rt->cap ? rt->cap : 4096;
+		while (cap < rt->len + more)
+			cap *= 2;
+		int rc = request_text_grow(t, x, cap);
+		if (rc < 0)
+			return rc;
+	}
+	memcpy(rt->text + rt->len, (const char *)buf + again, more);
+	rt->len += more;
+	if (rt->held) /* the bytes are in before the record says so */
+		ids_handle_record(t, x->h.fh)->text_len = rt->len;
 	return (int)len;
 }
 
 static void request_text_free(struct tree *t, struct request_text *rt)
 {
 	transaction_memory_give(t, rt->cap);
-	free(rt->text);
+	if (!rt->held) /* else its pages go with the handle's record */
+		free(rt->text);
 	memset(rt, 0, sizeof(*rt));
+}
+
+int transaction_resume(struct tree *t, struct transaction *x)
+{
+	struct held_handle *rec = ids_handle_record(t, x->h.fh);
+
+	if (!rec || !rec->text_cap)
+		return 0;
+	if (!transaction_memory_take(t, rec->text_cap))
+		return -ENOMEM;
+	x->req.text = (char *)held_text(&t->held, rec);
+	x->req.len = rec->text_len <= rec->text_cap ? rec->text_len : rec->text_cap;
+	x->req.cap = rec->text_cap;
+	x->req.held = true;
+	return 0;
 }
 
 void transaction_init(struct transaction *x, const struct handle_ops *ops,
@@ -346,7 +419,7 @@ int transaction_append(struct tree *t, struct transaction *x, uint64_t off, cons
 	if (x->done)
 		rc = -EINVAL; /* one transaction per open: reopen for another */
 	else
-		rc = request_text_append(t, &x->req, off, buf, len, max);
+		rc = request_text_append(t, x, off, buf, len, max);
 	pthread_mutex_unlock(&x->mu);
 	return rc;
 }

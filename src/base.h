@@ -18,11 +18,15 @@
 #include <sys/types.h>
 
 #include "config.h"
+#include "held.h"
 #include "index.h"
 #include "metrics.h"
 #include "store.h"
 
 #define COMMIT_STRIPES 64
+/* Ids a page of the maps from the kernel's ids to this daemon's nodes and
+ * handles holds. */
+#define IDS_PAGE 4096
 
 enum info_file { INFO_METRICS = 0, INFO_CONFIG, INFO_CONTROL, INFO_COUNT };
 
@@ -56,6 +60,10 @@ struct tree {
 	 * janitor thread. */
 	void (*forget_entry)(void *ctx, uint64_t parent, const char *name);
 	void *forget_ctx;
+	/* Asks the holder for an upgrade (set by the daemon a holder runs):
+	 * 0 or -errno. */
+	int (*upgrade)(void *ctx);
+	void *upgrade_ctx;
 	/* Loaded weights (src/weights.c). */
 	pthread_mutex_t weights_mu;
 	pthread_cond_t weights_cv;
@@ -67,6 +75,17 @@ struct tree {
 	bool sizing_stop;
 	pthread_cond_t sized_cv;
 	struct sizer *sizer;
+	/* What the holder keeps across daemons (held.h; a private copy without
+	 * a holder), and this daemon's map of the ids in it (src/ids.c). */
+	struct held held;
+	pthread_mutex_t ids_mu;
+	_Atomic(void *) *_Atomic node_pages[HELD_NODES_MAX / IDS_PAGE];
+	_Atomic(void *) *_Atomic handle_pages[HELD_HANDLES_MAX / IDS_PAGE];
+	struct node stale;        /* what an id resolves to whose node is gone */
+	bool handing_over;        /* drained: what the kernel holds stays for the next daemon */
+	bool scan_deferred;       /* the store is indexed at tree_take_over */
+	pthread_t node_scan;      /* learns the free node slots after a takeover */
+	bool node_scan_started;
 };
 
 /* Seconds for which the kernel may cache what never changes. */
@@ -74,6 +93,7 @@ struct tree {
 
 struct tree_entry {
 	struct node *node;      /* referenced (one kernel lookup); NULL: negative entry */
+	uint64_t id;            /* the kernel's id of node */
 	struct stat st;
 	double entry_timeout;
 	double attr_timeout;
@@ -93,6 +113,24 @@ struct dir_entry {
 };
 
 struct handle;
+
+/* What an open file is, as the holder's memory keeps it (held.h): a
+ * daemon that takes over opens it again from that (src/revive.c). */
+enum handle_kind {
+	HANDLE_OBJECT = 1,     /* <wv>/<hash> read */
+	HANDLE_KEY,            /* .keys/<key> read */
+	HANDLE_LISTING,        /* a directory */
+	HANDLE_INFO,           /* .artfs/metrics, config */
+	HANDLE_CONTROL,        /* .artfs/control */
+	HANDLE_MATERIALIZE,
+	HANDLE_GET,
+	HANDLE_PUT,
+	HANDLE_PUBLISH,        /* a publish by path or by key */
+	HANDLE_WEIGHTS_FILE,   /* manifest.json, status */
+	HANDLE_RANK,           /* rank<k> */
+	HANDLE_WEIGHTS_PUBLISH, /* weights/.publish */
+	HANDLE_KINDS
+};
 
 /* What one kind of open file does: each module of the namespace (object
  * reads, publishes, .materialize, info files, control, listings, rank<k>)
@@ -124,6 +162,11 @@ struct handle_ops {
 	bool (*write_quick)(struct tree *t, struct handle *h, size_t len);
 	bool (*flush_quick)(struct tree *t, struct handle *h);
 	bool release_slow;    /* its release may block or take long (frees GPU memory; closes files) */
+	enum handle_kind held_kind;
+	/* The daemon drained for an upgrade: what the handle has taken that
+	 * the next daemon cannot find again goes to its record in the holder's
+	 * memory (optional: most handles are opened again from their node). */
+	void (*hand_over)(struct tree *t, struct handle *h);
 };
 
 /* An open file or directory. Reads hand out pointers into handle memory,
@@ -132,6 +175,8 @@ struct handle {
 	const struct handle_ops *ops;
 	_Atomic uint32_t users;
 	struct handle *prev, *next; /* every open handle, released at shutdown */
+	uint64_t fh;                /* the kernel's file handle (src/ids.c); 0: none */
+	struct tree *tree;          /* set with fh */
 };
 
 /* What a read of size bytes at off returns of the len bytes at buf (NULL
@@ -153,6 +198,8 @@ void handle_get(struct handle *h);
 void handle_put(struct tree *t, struct handle *h);
 /* Releases the handles whose RELEASE the kernel never sent (shutdown). */
 void handles_release_all(struct tree *t);
+/* Calls every open handle's hand_over (a drained daemon's end). */
+void handles_hand_over(struct tree *t);
 
 /* CLOCK_REALTIME seconds. */
 int64_t clock_now(void);
@@ -164,15 +211,18 @@ pthread_mutex_t *commit_lock_of(struct tree *t, const uint8_t key[32]);
 /* Marks a version active now (publish, read or close). */
 void version_touch(struct version *v);
 
-/* The kernel's inode number of a node, and back. */
+/* The inode number of a node for st_ino and listings (src/ids.c). */
 uint64_t node_id(struct tree *t, struct node *n);
-struct node *node_from_id(struct tree *t, uint64_t id);
 
 /* Waits until the store's bytes are all counted (after a start). */
 void sizing_wait(struct tree *t);
 
 /* The indexed version of that name, referenced; NULL if none. */
 struct version *version_find(struct tree *t, const char *name);
+
+/* The committed object of v named hash, referenced; NULL if none. */
+struct object *version_object_find(struct tree *t, struct version *v, const uint8_t *hash,
+				   size_t len);
 
 /* Makes version name (store directory and index entry). Returns 0 with a
  * referenced *out, -EEXIST (*out is the existing one, referenced), -EINVAL
@@ -194,10 +244,13 @@ struct transaction_result {
 };
 
 /* The text a transaction file's writes send (a .materialize request, the
- * keys of a .get), grown as it comes and charged to materialize_max=. */
+ * keys of a .get), grown as it comes and charged to materialize_max=. It
+ * lies in the holder's memory, in the text of the handle's record there
+ * (held.h), so that a daemon that takes over reads what was written. */
 struct request_text {
 	char *text;
 	size_t len, cap;    /* cap bytes are charged to materialize_max= */
+	bool held;          /* text is the held record's (else malloc'd: no record) */
 };
 
 /* A transaction file (.materialize, .keys/.get), the first member of its
@@ -234,6 +287,9 @@ int transaction_fail(const struct transaction *x, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* Frees what the transaction holds (not x itself). */
 void transaction_release(struct tree *t, struct transaction *x);
+/* A transaction opened again by a daemon that takes over: its request as
+ * written before, from the holder's memory (x->h.fh set). 0, -ENOMEM. */
+int transaction_resume(struct tree *t, struct transaction *x);
 
 /* The objects that have only a key live in one hidden version (not a valid
  * version name, so never a directory of the mount): store v/.keys, their

@@ -71,6 +71,10 @@ int control_parse(char *line, struct control_cmd *cmd, char *err, size_t errlen)
 		cmd->wv = w[1];
 		return 0;
 	}
+	if (n == 1 && strcmp(w[0], "upgrade") == 0) {
+		cmd->op = CONTROL_UPGRADE;
+		return 0;
+	}
 	return reason(-EINVAL, err, errlen, "unknown command");
 }
 
@@ -81,8 +85,8 @@ static int run(struct tree *t, char *line)
 
 	snprintf(copy, sizeof(copy), "%s", line);
 	if (control_parse(copy, &cmd, why, sizeof(why)) < 0) {
-		log_warn("control: %s: \"%.200s\" (load <wv> <dir> [gpus=0,1,...] | unload <wv>)",
-			 why, line);
+		log_warn("control: %s: \"%.200s\" (load <wv> <dir> [gpus=0,1,...] | unload <wv> | "
+			 "upgrade)", why, line);
 		return -EINVAL;
 	}
 	switch (cmd.op) {
@@ -90,6 +94,9 @@ static int run(struct tree *t, char *line)
 		return weights_load(t, cmd.wv, cmd.dir, cmd.gpus);
 	case CONTROL_UNLOAD:
 		return weights_unload(t, cmd.wv);
+	case CONTROL_UPGRADE:
+		/* The holder starts the binary on disk beside this daemon. */
+		return t->upgrade ? t->upgrade(t->upgrade_ctx) : -EOPNOTSUPP;
 	default:
 		return 0;
 	}
@@ -160,6 +167,7 @@ static bool write_never_quick(struct tree *t, struct handle *h, size_t len)
 
 static const struct handle_ops control_ops = {
 	.kind = "control",
+	.held_kind = HANDLE_CONTROL,
 	.write = control_write,
 	.flush = control_flush,
 	.release = control_release,

@@ -10,7 +10,7 @@
 
 #define CONTROL_LINE_MAX 4096
 
-enum control_op { CONTROL_NONE = 0, CONTROL_LOAD, CONTROL_UNLOAD };
+enum control_op { CONTROL_NONE = 0, CONTROL_LOAD, CONTROL_UNLOAD, CONTROL_UPGRADE };
 
 /* One parsed command line; the strings point into the parsed line. */
 struct control_cmd {

@@ -93,12 +93,18 @@ int held_map(int fd, struct held *h)
 	if (base == MAP_FAILED)
 		return -errno;
 	fcntl(fd, F_SETFD, FD_CLOEXEC);
-	int rc = attach(h, base, hdr.size, fd, false);
-	if (rc == 0) {
-		h->scan_end = atomic_load(&h->hdr->nodes_high);
-		scan_handles(h);
-	}
-	return rc;
+	return attach(h, base, hdr.size, fd, false);
+}
+
+void held_take_over(struct held *h)
+{
+	pthread_mutex_lock(&h->mu);
+	h->nfree_nodes = h->nfree_handles = 0;
+	h->scanned_nodes = 0;
+	h->scan_end = atomic_load(&h->hdr->nodes_high);
+	memset(h->text_used, 0, h->text_pages / 64 * sizeof(uint64_t));
+	pthread_mutex_unlock(&h->mu);
+	scan_handles(h);
 }
 
 int held_map_private(struct held *h)
@@ -378,6 +384,7 @@ static void scan_handles(struct held *h)
 {
 	uint32_t handles = atomic_load(&h->hdr->handles_high);
 
+	pthread_mutex_lock(&h->mu);
 	for (uint32_t s = 0; s < handles; s++) {
 		struct held_handle *r = handle_at(h, s);
 		if (!atomic_load(&r->kind))
@@ -389,4 +396,5 @@ static void scan_handles(struct held *h)
 		else
 			r->text_cap = r->text_len = 0; /* not a text this layout can hold */
 	}
+	pthread_mutex_unlock(&h->mu);
 }

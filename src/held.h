@@ -118,8 +118,14 @@ struct held {
 int held_create(const void *init, size_t init_len, uint32_t flags);
 
 /* Daemon: maps the holder's memfd (taken: closed with the held). 0,
- * -EINVAL (not this layout: logged), -errno. */
+ * -EINVAL (not this layout: logged), -errno. Nothing may be allocated in
+ * it before held_take_over. */
 int held_map(int fd, struct held *h);
+/* This daemon is the one that uses the tables from now on (the daemon
+ * before died or drained): the free handle slots and the text pages of
+ * the live handles are learnt now, the free node slots by
+ * held_scan_nodes. */
+void held_take_over(struct held *h);
 /* The same layout in memory of this process alone. */
 int held_map_private(struct held *h);
 void held_unmap(struct held *h);
@@ -153,10 +159,9 @@ int held_text_reserve(struct held *h, struct held_handle *hh, size_t cap);
 /* The text of hh (NULL when it has none). */
 uint8_t *held_text(struct held *h, const struct held_handle *hh);
 
-/* A daemon that takes over learns the free node slots below the mark
- * from the records, while it serves (new slots are taken above the mark
- * meanwhile): call once, on a thread of its own. held_map learns the
- * handles and their text pages before it returns. */
+/* After held_take_over: the free node slots below the mark are learnt
+ * from the records while this daemon serves (new slots are taken above
+ * the mark meanwhile): call once, on a thread of its own. */
 void held_scan_nodes(struct held *h);
 
 #endif

@@ -82,6 +82,11 @@ void node_ref(struct node *n)
 	atomic_fetch_add_explicit(&counted(n)->refs, 1, memory_order_relaxed);
 }
 
+void node_ref_many(struct node *n, uint64_t count)
+{
+	atomic_fetch_add_explicit(&counted(n)->refs, count, memory_order_relaxed);
+}
+
 static void version_free(struct version *v)
 {
 	registry_del(&v->node);

@@ -33,6 +33,7 @@ enum node_type {
 	NODE_WEIGHTS_DIR,  /* <wv>/weights */
 	NODE_WEIGHTS_FILE, /* <wv>/weights/manifest.json, status */
 	NODE_WEIGHTS_RANK, /* <wv>/weights/rank<k> */
+	NODE_STALE,        /* an id a daemon before this one gave, whose node is gone */
 };
 
 struct weights;
@@ -43,6 +44,7 @@ struct node {
 	uint8_t sub;       /* NODE_INFO_FILE, NODE_WEIGHTS_*: which one */
 	struct node *owner; /* set: a part of owner, whose count it shares */
 	struct node *prev, *next; /* registry of allocated nodes, for shutdown */
+	_Atomic uint64_t id; /* the kernel's id of it (src/ids.c); 0: none yet */
 };
 
 struct object;
@@ -128,6 +130,8 @@ void index_destroy(struct index *idx);
 void index_set_weights_free(void (*fn)(struct node *n));
 
 void node_ref(struct node *n);
+/* count more references at once (a node the kernel looked up count times). */
+void node_ref_many(struct node *n, uint64_t count);
 void node_unref(struct node *n, uint64_t count);
 
 struct version *version_new(const char *name, int dirfd, int64_t created);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "info.h"
@@ -63,6 +64,8 @@ static char *render_metrics(struct tree *t)
 	g.capacity = t->cfg->capacity;
 	g.max_object = t->cfg->max_object;
 	g.started = (uint64_t)t->started;
+	g.daemon_pid = (uint64_t)getpid();
+	g.daemon_generation = atomic_load(&t->held.hdr->generation);
 	char *text = metrics_render(&t->metrics, &g);
 	free(g.per_version);
 	if (!text || !t->remote)

@@ -90,6 +90,22 @@ static void add_object(void *ctx, struct object *o)
 	add(l, name, node_id(l->t, &o->node), DT_REG);
 }
 
+static int by_name(const void *a, const void *b, void *names)
+{
+	return strcmp((const char *)names + ((const struct slot *)a)->name_off,
+		      (const char *)names + ((const struct slot *)b)->name_off);
+}
+
+/* The entries after "." and ".." in the order of their names: the same
+ * listing in the same order in any daemon, so that a daemon that takes
+ * over goes on from the offset the kernel reached (hash tables are seeded
+ * per daemon). */
+static void sort_names(struct listing *l)
+{
+	if (l->count > 3)
+		qsort_r(l->slots + 2, l->count - 2, sizeof(*l->slots), by_name, l->names);
+}
+
 static const struct handle_ops listing_ops;
 static void listing_release(struct tree *t, struct handle *h);
 
@@ -147,6 +163,7 @@ int listing_open(struct tree *t, struct node *dir, struct handle **h)
 		listing_release(t, &l->h);
 		return rc;
 	}
+	sort_names(l);
 	*h = &l->h;
 	return 0;
 }
@@ -176,6 +193,7 @@ static void listing_release(struct tree *t, struct handle *h)
 
 static const struct handle_ops listing_ops = {
 	.kind = "listing",
+	.held_kind = HANDLE_LISTING,
 	.readdir = listing_entry,
 	.release = listing_release,
 };

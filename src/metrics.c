@@ -31,6 +31,11 @@ const struct metric_def metric_defs[METRIC_COUNT] = {
 		GAUGE(started) },
 	[METRIC_STORE_SIZING] = { "artfs_store_sizing",
 		"1 while the bytes of a store found at start are being counted.", GAUGE(sizing) },
+	[METRIC_DAEMON_PID] = { "artfs_daemon_pid", "Process id of the daemon serving the mount.",
+		GAUGE(daemon_pid) },
+	[METRIC_DAEMON_GENERATION] = { "artfs_daemon_generation",
+		"Daemons started on this mount, the serving one included (1 until a crash or an "
+		"upgrade).", GAUGE(daemon_generation) },
 	[METRIC_PUBLISHES] = { "artfs_publishes_total", "Objects committed.", COUNTER(publishes) },
 	[METRIC_REPUBLISH_IDENTICAL] = { "artfs_republish_identical_total",
 		"Publishes of a key that already held identical content.",

@@ -54,6 +54,8 @@ struct metrics_gauges {
 	uint64_t materialize_max;
 	uint64_t started;           /* Unix seconds */
 	uint64_t sizing;            /* 1: the store's bytes are still being counted after a start */
+	uint64_t daemon_pid;        /* the serving daemon's */
+	uint64_t daemon_generation; /* daemons started on this mount, this one included */
 	struct metrics_version *per_version;
 	size_t nper_version;
 };
@@ -63,7 +65,8 @@ struct metrics_gauges {
 enum metric_id {
 	METRIC_OBJECTS, METRIC_VERSIONS, METRIC_BYTES_USED, METRIC_BYTES_RESERVED,
 	METRIC_CAPACITY, METRIC_MAX_OBJECT, METRIC_PUBLISHING, METRIC_MATERIALIZE_HELD,
-	METRIC_MATERIALIZE_MAX, METRIC_START_TIME, METRIC_STORE_SIZING,
+	METRIC_MATERIALIZE_MAX, METRIC_START_TIME, METRIC_STORE_SIZING, METRIC_DAEMON_PID,
+	METRIC_DAEMON_GENERATION,
 	METRIC_PUBLISHES, METRIC_REPUBLISH_IDENTICAL, METRIC_COLLISIONS, METRIC_PUBLISH_ERRORS,
 	METRIC_READS, METRIC_VERIFICATIONS, METRIC_CHECKSUM_FAILURES, METRIC_UNLINKS,
 	METRIC_VERSIONS_CREATED, METRIC_VERSIONS_REMOVED, METRIC_VERSIONS_COLLECTED,

@@ -474,6 +474,7 @@ static void reader_release(struct tree *t, struct handle *h)
 
 static const struct handle_ops npy_reader_ops = {
 	.kind = "object",
+	.held_kind = HANDLE_OBJECT,
 	.read = reader_read,
 	.release = reader_release,
 	.read_quick = reader_read_quick,
@@ -481,6 +482,7 @@ static const struct handle_ops npy_reader_ops = {
 
 static const struct handle_ops envelope_reader_ops = {
 	.kind = "key",
+	.held_kind = HANDLE_KEY,
 	.read = reader_read,
 	.release = reader_release,
 	.read_quick = reader_read_quick,

@@ -11,11 +11,13 @@
 #include <unistd.h>
 
 #include "expiry.h"
+#include "ids.h"
 #include "key.h"
 #include "log.h"
 #include "npy.h"
 #include "object.h"
 #include "publish.h"
+#include "revive.h"
 #include "remote.h"
 #include "sha256.h"
 
@@ -430,8 +432,11 @@ static int write_parsed(struct tree *t, struct handle *h, uint64_t off, const vo
 		char d[96];
 		snprintf(d, sizeof(d), "write at offset %" PRIu64 ", expected %" PRIu64, off, u->received);
 		rc = reject(t, u, ENVELOPE_OUT_OF_ORDER, d);
-	} else
+	} else {
+		if (off == 0) /* from now on a daemon that takes over cannot go on with it */
+			revive_note(t, h, REVIVE_BUSY);
 		rc = consume(t, u, off, buf, len, parsed);
+	}
 	if (u->obj->state == OBJECT_PUBLISHING) /* what fstat of the writer shows */
 		atomic_store(&u->obj->file_size, u->received);
 	pthread_mutex_unlock(&u->mu);
@@ -698,8 +703,12 @@ static int publish_finish(struct tree *t, struct handle *h)
 		rc = u->result;
 	else if ((rc = payload_checked(t, u)) == 0) {
 		/* Its temporary file is closed at release, after a batch's
-		 * commits (put.c); the room it held is given back now. */
+		 * commits (put.c); the room it held is given back now. A daemon
+		 * that takes over in between finds out from the store what the
+		 * commit came to, and after it reads that. */
+		revive_note_commit(t, h, u->key_bin, u->env.payload_sha256);
 		rc = commit(t, u);
+		revive_note_result(t, h, rc);
 		finished(t, u, rc);
 		return rc;
 	}
@@ -775,6 +784,65 @@ static bool publish_busy(struct handle *h)
 	return false;
 }
 
+int publish_bytes(struct handle *h, uint8_t *dst, size_t len)
+{
+	struct publish *u = (struct publish *)h;
+
+	if (len > u->received)
+		return -EIO;
+	if (!u->have_header) { /* still in the header's buffer */
+		memcpy(dst, u->head, len);
+		return 0;
+	}
+	return u->onto_existing || u->tmp.fd < 0 || store_pread_all(u->tmp.fd, dst, len, 0) < 0
+	       ? -EIO : 0;
+}
+
+uint64_t publish_received(struct handle *h)
+{
+	return ((struct publish *)h)->received;
+}
+
+/* Drained for an upgrade: what was written goes to the handle's text in
+ * the holder's memory, for the next daemon to go on with (publish_resume);
+ * a decided outcome is in the record already. */
+static void publish_hand_over(struct tree *t, struct handle *h)
+{
+	struct publish *u = (struct publish *)h;
+	struct held_handle *rec = h->fh ? ids_handle_record(t, h->fh) : NULL;
+
+	pthread_mutex_lock(&u->mu);
+	if (!rec || u->finished || u->received == 0) {
+		pthread_mutex_unlock(&u->mu);
+		return;
+	}
+	if (u->error) /* what its close would say */
+		revive_note_result(t, h, u->error);
+	else if (held_text_reserve(&t->held, rec, u->received) < 0 ||
+		 publish_bytes(h, held_text(&t->held, rec), u->received) < 0)
+		log_warn("publish %s/%s: cannot hand its %" PRIu64 " bytes to the next daemon; its "
+			 "writer's next call fails (EIO)", u->ver->name, u->name, u->received);
+	else {
+		rec->text_len = u->received;
+		revive_note(t, h, REVIVE_HANDED);
+	}
+	pthread_mutex_unlock(&u->mu);
+}
+
+int publish_resume(struct tree *t, struct object *obj, const uint8_t *bytes, size_t len,
+		   struct handle **h)
+{
+	int rc = publish_begin(t, obj, h);
+
+	if (rc < 0) {
+		node_unref(&obj->node, 1);
+		return rc;
+	}
+	if (len) /* a refusal is sticky: the writer's close says it */
+		write_parsed(t, *h, 0, bytes, len, 0, NULL);
+	return 0;
+}
+
 void publish_discard(struct handle *h)
 {
 	struct publish *u = (struct publish *)h;
@@ -799,7 +867,8 @@ static void publish_release(struct tree *t, struct handle *h)
 {
 	struct publish *u = (struct publish *)h;
 
-	if (!u->finished && !u->error) {
+	/* Drained for an upgrade, its writer goes on with the next daemon. */
+	if (!u->finished && !u->error && !t->handing_over) {
 		char d[128];
 		if (u->have_header)
 			snprintf(d, sizeof(d), "closed after %" PRIu64 " of %" PRIu64
@@ -837,6 +906,8 @@ static bool publish_flush_quick(struct tree *t, struct handle *h)
 
 static const struct handle_ops publish_ops = {
 	.kind = "publish",
+	.held_kind = HANDLE_PUBLISH,
+	.hand_over = publish_hand_over,
 	.write = publish_write,
 	.flush = publish_close,
 	.fsync = publish_finish,

@@ -50,4 +50,16 @@ void publish_mark_fetched(struct handle *h);
 /* Marks a publish that never reached its writer (its create failed) so
  * that its release counts nothing. */
 void publish_discard(struct handle *h);
+
+/* The bytes written to the publish h so far (the first len of them) into
+ * dst: 0, or -EIO. */
+int publish_bytes(struct handle *h, uint8_t *dst, size_t len);
+/* How many bytes the publish h has taken. */
+uint64_t publish_received(struct handle *h);
+
+/* A daemon that takes over goes on with a publish a drained daemon handed
+ * over: a fresh one on obj (referenced; taken), fed what was written
+ * (len bytes). 0, or -errno (obj released). */
+int publish_resume(struct tree *t, struct object *obj, const uint8_t *bytes, size_t len,
+		   struct handle **h);
 #endif

@@ -34,5 +34,9 @@
 
 /* v: the version of <wv>/.put, or NULL for .keys/.put. */
 int put_open(struct tree *t, struct version *v, struct handle **h, struct open_reply *r);
+/* A batch a drained daemon handed over (its record's text, len bytes),
+ * going on here: 0, or -errno (logged). */
+int put_resume(struct tree *t, struct version *v, const uint8_t *text, size_t len,
+	       struct handle **h);
 
 #endif

@@ -35,50 +35,68 @@ static const char *object_path(const char *name, bool sharded, char buf[OBJECT_P
 	return buf;
 }
 
-static int lock_store(struct store *s, char *err, size_t errlen)
+/* Takes the store's exclusive lock on lock_fd: 0, or -EBUSY (another
+ * holder has it, named in err) or another -errno. */
+static int lock_take(int lock_fd, const char *path, char *err, size_t errlen)
 {
 	char pid[32];
-
-	s->lock_fd = openat(s->root_fd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (s->lock_fd < 0) {
-		int e = errno;
-		snprintf(err, errlen, "store %s: cannot open its lock file: %s", s->path, strerror(e));
-		return -e;
-	}
-	/* A daemon that was just unmounted may still be finishing: give it a
-	 * few seconds before calling the store busy. */
 	int rc;
+
+	/* A mount that was just unmounted may still be finishing: give it a
+	 * few seconds before calling the store busy. */
 	for (int tries = 0;; tries++) {
-		rc = flock(s->lock_fd, LOCK_EX | LOCK_NB);
+		rc = flock(lock_fd, LOCK_EX | LOCK_NB);
 		if (rc == 0 || errno != EWOULDBLOCK || tries == 100)
 			break;
 		usleep(50 * 1000);
 	}
-	if (rc < 0) {
-		int e = errno;
-		ssize_t n = pread(s->lock_fd, pid, sizeof(pid) - 1, 0);
-		pid[n > 0 ? n : 0] = '\0';
-		pid[strcspn(pid, "\n")] = '\0';
-		if (e == EWOULDBLOCK)
-			snprintf(err, errlen,
-				 "store %s is in use by another artfs daemon (pid %s); "
-				 "unmount that one first or choose another store=",
-				 s->path, pid[0] ? pid : "unknown");
-		else
-			snprintf(err, errlen, "store %s: cannot lock: %s", s->path, strerror(e));
-		return e == EWOULDBLOCK ? -EBUSY : -e;
-	}
-	store_note_pid(s);
-	return 0;
+	if (rc == 0)
+		return 0;
+	int e = errno;
+	ssize_t n = pread(lock_fd, pid, sizeof(pid) - 1, 0);
+	pid[n > 0 ? n : 0] = '\0';
+	pid[strcspn(pid, "\n")] = '\0';
+	if (e == EWOULDBLOCK)
+		snprintf(err, errlen,
+			 "store %s is in use by another artfs daemon (pid %s); "
+			 "unmount that one first or choose another store=",
+			 path, pid[0] ? pid : "unknown");
+	else
+		snprintf(err, errlen, "store %s: cannot lock: %s", path, strerror(e));
+	return e == EWOULDBLOCK ? -EBUSY : -e;
 }
 
-void store_note_pid(struct store *s)
+/* The lock file under root_fd, locked: its fd, or -errno. */
+static int lock_open(int root_fd, const char *path, char *err, size_t errlen)
+{
+	int fd = openat(root_fd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+	if (fd < 0) {
+		int e = errno;
+		snprintf(err, errlen, "store %s: cannot open its lock file: %s", path, strerror(e));
+		return -e;
+	}
+	int rc = lock_take(fd, path, err, errlen);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	store_lock_note_pid(fd);
+	return fd;
+}
+
+void store_lock_note_pid(int lock_fd)
 {
 	char pid[32];
 	int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
 
-	if (ftruncate(s->lock_fd, 0) < 0 || store_pwrite_all(s->lock_fd, pid, (size_t)n, 0) < 0)
-		log_warn("store %s: cannot record the daemon pid in its lock file", s->path);
+	if (ftruncate(lock_fd, 0) < 0 || store_pwrite_all(lock_fd, pid, (size_t)n, 0) < 0)
+		log_warn("store: cannot record the pid holding it in its lock file");
+}
+
+void store_note_pid(struct store *s)
+{
+	store_lock_note_pid(s->lock_fd);
 }
 
 /* A directory under dirfd, made if missing (mode 0700), opened without
@@ -132,9 +150,60 @@ static int top_dir(struct store *s, const char *name, char *err, size_t errlen)
 	return fd;
 }
 
-int store_open(struct store *s, const char *path, char *err, size_t errlen)
+/* The store's directory, made if missing (mode 0700), opened without
+ * following links, this user's, mode 0700: its fd, or -errno (err). */
+static int root_open(const char *path, char *err, size_t errlen)
 {
 	struct stat st;
+	int rc;
+
+	if (mkdir(path, 0700) < 0 && errno != EEXIST) {
+		rc = -errno;
+		snprintf(err, errlen, "store %s: cannot create: %s", path, strerror(errno));
+		return rc;
+	}
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "store %s: %s", path,
+			 errno == ELOOP || errno == ENOTDIR ? "not a directory (links are not followed)"
+							    : strerror(errno));
+		return rc;
+	}
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "store %s: %s", path, strerror(errno));
+	} else if (st.st_uid != geteuid()) {
+		rc = -EPERM;
+		snprintf(err, errlen, "store %s is owned by uid %u, not by this daemon (uid %u)",
+			 path, (unsigned)st.st_uid, (unsigned)geteuid());
+	} else if ((st.st_mode & 07777) != 0700) {
+		log_warn("store %s had mode %04o; setting 0700", path, (unsigned)(st.st_mode & 07777));
+		rc = fchmod(fd, 0700) < 0 ? -errno : 0;
+		if (rc < 0)
+			snprintf(err, errlen, "store %s: cannot set mode 0700: %s", path, strerror(-rc));
+	} else
+		rc = 0;
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+int store_lock(const char *path, char *err, size_t errlen)
+{
+	int root = root_open(path, err, errlen);
+
+	if (root < 0)
+		return root;
+	int fd = lock_open(root, path, err, errlen);
+	close(root);
+	return fd;
+}
+
+int store_open(struct store *s, const char *path, int lock_fd, char *err, size_t errlen)
+{
 	int rc;
 
 	memset(s, 0, sizeof(*s));
@@ -144,41 +213,16 @@ int store_open(struct store *s, const char *path, char *err, size_t errlen)
 	s->path = strdup(path);
 	if (!s->path)
 		return -ENOMEM;
-	if (mkdir(path, 0700) < 0 && errno != EEXIST) {
-		rc = -errno;
-		snprintf(err, errlen, "store %s: cannot create: %s", path, strerror(errno));
-		goto fail;
-	}
-	s->root_fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	s->root_fd = root_open(path, err, errlen);
 	if (s->root_fd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "store %s: %s", path,
-			 errno == ELOOP || errno == ENOTDIR ? "not a directory (links are not followed)"
-							    : strerror(errno));
+		rc = s->root_fd;
 		goto fail;
 	}
-	if (fstat(s->root_fd, &st) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "store %s: %s", path, strerror(errno));
+	s->lock_fd = lock_fd >= 0 ? lock_fd : lock_open(s->root_fd, path, err, errlen);
+	if (s->lock_fd < 0) {
+		rc = s->lock_fd;
 		goto fail;
 	}
-	if (st.st_uid != geteuid()) {
-		rc = -EPERM;
-		snprintf(err, errlen, "store %s is owned by uid %u, not by this daemon (uid %u)",
-			 path, (unsigned)st.st_uid, (unsigned)geteuid());
-		goto fail;
-	}
-	if ((st.st_mode & 07777) != 0700) {
-		log_warn("store %s had mode %04o; setting 0700", path, (unsigned)(st.st_mode & 07777));
-		if (fchmod(s->root_fd, 0700) < 0) {
-			rc = -errno;
-			snprintf(err, errlen, "store %s: cannot set mode 0700: %s", path, strerror(errno));
-			goto fail;
-		}
-	}
-	rc = lock_store(s, err, errlen);
-	if (rc < 0)
-		goto fail;
 	s->versions_fd = top_dir(s, "v", err, errlen);
 	if (s->versions_fd < 0) {
 		rc = s->versions_fd;

@@ -62,12 +62,21 @@ struct store_tmp {
 #define STORE_TMP_PREFIX ".tmp."
 
 /* Creates the directory (mode 0700) if missing, opens it without following
- * links, refuses one owned by another user, takes the exclusive lock.
- * Returns 0 or a negative errno with a message in err. */
-int store_open(struct store *s, const char *path, char *err, size_t errlen);
+ * links, refuses one owned by another user, takes the exclusive lock (or,
+ * lock_fd >= 0, adopts the one a holder took with store_lock: the store
+ * then owns that descriptor). Returns 0 or a negative errno with a message
+ * in err. */
+int store_open(struct store *s, const char *path, int lock_fd, char *err, size_t errlen);
 void store_close(struct store *s);
 /* Writes this process's pid into the lock file (again after daemonizing). */
 void store_note_pid(struct store *s);
+
+/* For a holder: the store's directory checked as store_open does and its
+ * lock taken: the lock file's descriptor (close-on-exec), or a negative
+ * errno with a message in err (-EBUSY: another holds it). */
+int store_lock(const char *path, char *err, size_t errlen);
+/* Writes this process's pid into the lock file. */
+void store_lock_note_pid(int lock_fd);
 
 int store_version_make(struct store *s, const char *wv);
 int store_version_open(struct store *s, const char *wv);  /* fd or -errno */

@@ -33,6 +33,7 @@ static void text_release(struct tree *t, struct handle *h)
 
 static const struct handle_ops text_ops = {
 	.kind = "text",
+	.held_kind = HANDLE_INFO,
 	.read = text_read,
 	.release = text_release,
 };

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "control.h"
+#include "ids.h"
+#include "revive.h"
 #include "fetch.h"
 #include "get.h"
 #include "keys.h"
@@ -35,7 +37,31 @@
 
 int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen)
 {
+	struct tree_start alone = { .held_fd = -1, .lock_fd = -1 };
+
+	return tree_open_start(t, cfg, &alone, err, errlen);
+}
+
+/* The memory the ids live in: the holder's, or this process's own. */
+static int open_held(struct tree *t, const struct tree_start *start, char *err, size_t errlen)
+{
+	int rc = start->held_fd >= 0 ? held_map(start->held_fd, &t->held)
+				     : held_map_private(&t->held);
+
+	if (rc < 0)
+		snprintf(err, errlen, "cannot map %s: %s",
+			 start->held_fd >= 0 ? "the memory its holder keeps" : "its id tables",
+			 strerror(-rc));
+	else if (!start->takeover)
+		t->held.fresh = true;
+	return rc;
+}
+
+int tree_open_start(struct tree *t, struct artfs_config *cfg, const struct tree_start *start,
+		    char *err, size_t errlen)
+{
 	memset(t, 0, sizeof(*t));
+	t->held.fd = -1;
 	t->cfg = cfg;
 	t->started = clock_now();
 	mutex_init_adaptive(&t->lock);
@@ -54,7 +80,11 @@ int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen
 	t->keys_dir.type = NODE_KEYS_DIR;
 	t->keys_put.type = NODE_PUT;
 	t->keys_get.type = NODE_GET;
-	int rc = store_open(&t->store, cfg->store, err, errlen);
+	ids_init(t);
+	int rc = open_held(t, start, err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = store_open(&t->store, cfg->store, start->lock_fd, err, errlen);
 	if (rc < 0)
 		goto fail;
 	if (cfg->remote && *cfg->remote) {
@@ -70,9 +100,12 @@ int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen
 			goto fail;
 		}
 	}
-	rc = scan_store(t, err, errlen);
-	if (rc < 0)
-		goto fail;
+	if (!start->defer_scan) {
+		rc = scan_store(t, err, errlen);
+		if (rc < 0)
+			goto fail;
+	}
+	t->scan_deferred = start->defer_scan;
 	return 0;
 fail:
 	tree_close(t);
@@ -95,6 +128,41 @@ void tree_close(struct tree *t)
 	pthread_mutex_destroy(&t->weights_mu);
 	pthread_cond_destroy(&t->weights_cv);
 	pthread_cond_destroy(&t->sized_cv);
+	if (t->node_scan_started)
+		pthread_join(t->node_scan, NULL);
+	ids_close(t);
+	held_unmap(&t->held);
+}
+
+static void *scan_nodes(void *arg)
+{
+	held_scan_nodes(&((struct tree *)arg)->held);
+	return NULL;
+}
+
+int tree_take_over(struct tree *t)
+{
+	char err[256];
+
+	if (t->scan_deferred) { /* what the daemon before committed is all in now */
+		t->scan_deferred = false;
+		int rc = scan_store(t, err, sizeof(err));
+		if (rc < 0) {
+			log_err("takeover: %s", err);
+			return rc;
+		}
+	}
+	held_take_over(&t->held);
+	t->node_scan_started = pthread_create(&t->node_scan, NULL, scan_nodes, t) == 0;
+	if (!t->node_scan_started) /* without it, new ids come from above the mark only */
+		log_warn("takeover: cannot scan the node ids in the background");
+	return 0;
+}
+
+void tree_hand_over(struct tree *t)
+{
+	handles_hand_over(t);
+	t->handing_over = true;
 }
 
 /* ---- attributes --------------------------------------------------------- */
@@ -281,13 +349,19 @@ static int negative(struct tree_entry *e, double timeout)
 static int positive(struct tree *t, struct node *n, struct tree_entry *e)
 {
 	double timeout;
-	int rc = tree_getattr(t, n, &e->st, &timeout);
+	uint64_t id = ids_node_ref(t, n);
 
-	if (rc < 0) {
+	if (!id) {
 		node_unref(n, 1);
+		return -ENOMEM;
+	}
+	int rc = tree_getattr(t, n, &e->st, &timeout);
+	if (rc < 0) {
+		ids_node_forget(t, id, 1); /* the reference taken for the kernel goes too */
 		return rc;
 	}
 	e->node = n;
+	e->id = id;
 	e->attr_timeout = timeout;
 	bool publishing = (n->type == NODE_OBJECT &&
 			   ((struct object *)n)->state == OBJECT_PUBLISHING) ||
@@ -299,12 +373,7 @@ static int positive(struct tree *t, struct node *n, struct tree_entry *e)
 static struct object *find_object(struct tree *t, struct version *v, const uint8_t *hash,
 				  size_t len)
 {
-	pthread_mutex_lock(&t->lock);
-	struct object *o = index_object_find(&t->idx, v, hash, len);
-	if (o)
-		node_ref(&o->node);
-	pthread_mutex_unlock(&t->lock);
-	return o;
+	return version_object_find(t, v, hash, len);
 }
 
 /* The object of a key, referenced through its key node. */
@@ -478,10 +547,16 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 	}
 }
 
-void tree_forget(struct tree *t, struct node *n, uint64_t nlookup)
+void tree_forget(struct tree *t, uint64_t id, uint64_t nlookup)
 {
-	(void)t;
-	node_unref(n, nlookup);
+	ids_node_forget(t, id, nlookup);
+}
+
+struct node *tree_node(struct tree *t, uint64_t id)
+{
+	struct node *n = ids_node(t, id);
+
+	return n ? n : revive_node(t, id);
 }
 
 int tree_mkdir(struct tree *t, struct node *parent, const char *name, struct tree_entry *e)
@@ -633,6 +708,20 @@ int tree_statfs(struct tree *t, struct statvfs *sv)
 
 /* ---- files -------------------------------------------------------------- */
 
+/* h (opened on n with flags) is whole: registered (shutdown releases it)
+ * and numbered for the kernel. 0, or -ENFILE (no number: h released). */
+static int handle_ready(struct tree *t, struct handle *h, struct node *n, int flags)
+{
+	handle_register(h);
+	if (!ids_handle_bind(t, h, atomic_load(&n->id))) {
+		handle_put(t, h);
+		return -ENFILE;
+	}
+	struct held_handle *rec = ids_handle_record(t, h->fh);
+	rec->flags = (uint16_t)(flags & O_ACCMODE);
+	return 0;
+}
+
 /* A fresh object o (its creation reference becomes the kernel's on shown,
  * the node the create answers with) and its publish. */
 static int begin_publish(struct tree *t, struct object *o, struct node *shown,
@@ -652,8 +741,12 @@ static int begin_publish(struct tree *t, struct object *o, struct node *shown,
 		*h = NULL;
 		return rc;
 	}
-	handle_register(*h);
-	return 0;
+	rc = handle_ready(t, *h, shown, O_WRONLY);
+	if (rc < 0) {
+		ids_node_forget(t, e->id, 1);
+		*h = NULL;
+	}
+	return rc;
 }
 
 int tree_create(struct tree *t, struct node *parent, const char *name, int flags,
@@ -792,9 +885,120 @@ int tree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,
 {
 	int rc = open_node(t, n, flags, h, r);
 
-	if (rc == 0)
-		handle_register(*h); /* whole now: shutdown may release it */
-	return rc;
+	return rc < 0 ? rc : handle_ready(t, *h, n, flags);
+}
+
+/* ---- handles a daemon before gave out --------------------------------------------- */
+
+/* An fh that is no open file: every call fails (a kernel never sends one). */
+static const struct handle_ops no_handle_ops = { .kind = "none", .release_slow = false };
+static struct handle no_handle = { .ops = &no_handle_ops, .users = 1u << 30 };
+
+/* A publish whose daemon died: opened again when nothing was written yet
+ * (its first write is sent again), else what was decided, or EIO. */
+static int reopen_publish(struct tree *t, struct node *n, const struct held_handle *rec,
+			  struct handle **h)
+{
+	uint8_t state = atomic_load(&rec->state);
+
+	if (state == REVIVE_FINISHED || state == REVIVE_COMMITTING) {
+		int result = state == REVIVE_FINISHED ? rec->result : revive_commit_outcome(t, rec);
+		*h = revive_finished(t, result);
+		return *h ? 0 : -ENOMEM;
+	}
+	bool goes_on = (state == REVIVE_FRESH || state == REVIVE_HANDED) &&
+		       (n->type == NODE_OBJECT || n->type == NODE_KEY);
+	struct object *o = n->type == NODE_KEY ? object_of_key(n) : (struct object *)n;
+	if (!goes_on || o->state != OBJECT_PUBLISHING) {
+		*h = revive_dead(t, HANDLE_PUBLISH);
+		return *h ? 0 : -ENOMEM;
+	}
+	node_ref(&o->node);
+	if (state == REVIVE_FRESH) {
+		int rc = publish_begin(t, o, h);
+		if (rc < 0)
+			node_unref(&o->node, 1);
+		return rc;
+	}
+	return publish_resume(t, o, held_text(&t->held, rec), rec->text_len, h);
+}
+
+/* Opens fh's file again from its record, as its kind allows. */
+static int reopen(struct tree *t, const struct held_handle *rec, struct handle **h)
+{
+	struct open_reply r = { 0 };
+	struct node *n = tree_node(t, rec->node);
+	enum handle_kind kind = (enum handle_kind)atomic_load(&rec->kind);
+	uint8_t state = atomic_load(&rec->state);
+
+	switch (kind) {
+	case HANDLE_LISTING:
+		return listing_open(t, n, h);
+	case HANDLE_PUBLISH:
+		return reopen_publish(t, n, rec, h);
+	case HANDLE_PUT:
+		if (n->type != NODE_PUT)
+			break; /* its version is gone */
+		if (state == REVIVE_HANDED)
+			return put_resume(t, n == &t->keys_put ? NULL : version_of_put(n),
+					  held_text(&t->held, rec), rec->text_len, h);
+		if (state != REVIVE_FRESH)
+			break; /* its batch died with the daemon */
+		return open_node(t, n, rec->flags, h, &r);
+	case HANDLE_RANK:
+	case HANDLE_WEIGHTS_PUBLISH:
+		break; /* GPU state that died with the daemon */
+	default:
+		return open_node(t, n, rec->flags, h, &r);
+	}
+	*h = revive_dead(t, kind);
+	return *h ? 0 : -ENOMEM;
+}
+
+struct handle *tree_released(struct tree *t, uint64_t fh)
+{
+	struct handle *h = ids_handle(t, fh);
+	struct held_handle *rec;
+
+	if (h)
+		return h;
+	rec = ids_handle_record(t, fh);
+	if (rec && atomic_load(&rec->kind) != HANDLE_PUT && atomic_load(&rec->kind) != HANDLE_PUBLISH)
+		held_handle_free(&t->held, fh); /* nothing of it is open here */
+	else if (rec)
+		return tree_handle(t, fh); /* a batch or publish handed over: its release ends it */
+	return NULL;
+}
+
+struct handle *tree_handle(struct tree *t, uint64_t fh)
+{
+	struct handle *h = ids_handle(t, fh);
+	const struct held_handle *rec;
+
+	if (h)
+		return h;
+	if (!(rec = ids_handle_record(t, fh)))
+		return &no_handle;
+	int rc = reopen(t, rec, &h);
+	if (rc < 0 && !(h = revive_dead(t, (enum handle_kind)atomic_load(&rec->kind)))) {
+		log_err("takeover: cannot open file handle %llu again: %s", (unsigned long long)fh,
+			strerror(-rc));
+		return &no_handle;
+	}
+	if (rc < 0)
+		log_warn("takeover: file handle %llu (kind %u) cannot be opened again (%s); its "
+			 "calls fail with EIO", (unsigned long long)fh,
+			 (unsigned)atomic_load(&rec->kind), strerror(-rc));
+	handle_register(h);
+	struct handle *mapped = ids_handle_install(t, fh, h);
+	if (mapped != h) { /* another thread opened it first */
+		h->fh = 0;
+		handle_put(t, h);
+		return mapped ? mapped : &no_handle;
+	}
+	if (h->ops->held_kind == HANDLE_MATERIALIZE || h->ops->held_kind == HANDLE_GET)
+		transaction_resume(t, (struct transaction *)h);
+	return h;
 }
 
 int tree_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
@@ -899,9 +1103,7 @@ int tree_opendir(struct tree *t, struct node *n, struct handle **h)
 {
 	int rc = listing_open(t, n, h);
 
-	if (rc == 0)
-		handle_register(*h);
-	return rc;
+	return rc < 0 ? rc : handle_ready(t, *h, n, O_RDONLY);
 }
 
 int tree_readdir(struct tree *t, struct handle *h, size_t i, struct dir_entry *de)

@@ -27,12 +27,44 @@ enum {
 	TREE_SET_CTIME = 1 << 6,
 };
 
-/* Opens (or creates) the store and indexes every committed object in it. */
+/* Opens (or creates) the store and indexes every committed object in it,
+ * its ids in memory of this process alone (no holder). */
 int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen);
+
+/* How a daemon that a holder started opens its tree (DESIGN.md §8). */
+struct tree_start {
+	int held_fd;        /* the holder's memory (taken), or -1 */
+	int lock_fd;        /* the store's lock the holder holds (taken), or -1 */
+	bool takeover;      /* a daemon served before: the ids it gave out stay */
+	bool defer_scan;    /* the daemon before still serves: the store is indexed
+			     * by tree_take_over, once it drained */
+};
+int tree_open_start(struct tree *t, struct artfs_config *cfg, const struct tree_start *start,
+		    char *err, size_t errlen);
 void tree_close(struct tree *t);
+/* This daemon uses the holder's tables from now on (the one before died
+ * or drained; tree_open_start maps them but takes nothing), and indexes
+ * the store if that was deferred. 0 or -errno (logged). */
+int tree_take_over(struct tree *t);
+/* At the end of a daemon that drained for the next one: what the kernel
+ * holds (ids, open files) is left in the holder's memory as it is. */
+void tree_hand_over(struct tree *t);
 
 int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tree_entry *e);
-void tree_forget(struct tree *t, struct node *n, uint64_t nlookup);
+/* The kernel forgets nlookup lookups of id. */
+void tree_forget(struct tree *t, uint64_t id, uint64_t nlookup);
+/* The node of the kernel's id: this daemon's, or found again for an id a
+ * daemon before gave out (src/revive.c); a stale node when it names
+ * nothing any more. */
+struct node *tree_node(struct tree *t, uint64_t id);
+/* The handle of the kernel's fh: this daemon's, or opened again for one a
+ * daemon before gave out; a handle that fails every call (EBADF) for an
+ * fh that is no open file. Never NULL. */
+struct handle *tree_handle(struct tree *t, uint64_t fh);
+/* The handle of fh for its release: this daemon's, or NULL when a daemon
+ * before opened it and this one never did (its record is freed: there is
+ * nothing to release). */
+struct handle *tree_released(struct tree *t, uint64_t fh);
 int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeout);
 int tree_setattr(struct tree *t, struct node *n, unsigned to_set, const struct stat *in,
 		 struct stat *out, double *timeout);

@@ -1055,6 +1055,7 @@ static unsigned rank_poll(struct tree *t, struct handle *h)
 
 static const struct handle_ops rank_ops = {
 	.kind = "rank",
+	.held_kind = HANDLE_RANK,
 	.read = rank_read,
 	.ioctl = rank_ioctl,
 	.poll = rank_poll,
@@ -1564,6 +1565,7 @@ static bool publish_never_quick(struct tree *t, struct handle *h)
 
 static const struct handle_ops publish_ops = {
 	.kind = "weights-publish",
+	.held_kind = HANDLE_WEIGHTS_PUBLISH,
 	.read = publish_read,
 	.write = publish_write,
 	.flush = publish_flush,

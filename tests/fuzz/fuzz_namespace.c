@@ -137,7 +137,7 @@ static bool hold(struct ns *s, struct node *n)
 			return true;
 		}
 	if (s->nnodes == NODES_MAX) {
-		tree_forget(&s->t, n, 1);
+		tree_forget(&s->t, n->id, 1);
 		return false;
 	}
 	s->nodes[s->nnodes++] = (struct held){ n, 1 };
@@ -185,7 +185,7 @@ static void drop_all(struct ns *s)
 	while (s->nfiles)
 		close_file(s, &s->files[s->nfiles - 1]);
 	for (size_t i = 1; i < s->nnodes; i++)
-		tree_forget(&s->t, s->nodes[i].n, s->nodes[i].lookups);
+		tree_forget(&s->t, s->nodes[i].n->id, s->nodes[i].lookups);
 	s->nnodes = 1;
 }
 
@@ -491,7 +491,7 @@ static void op(struct ns *s, struct fuzz_in *in)
 			count--; /* the kernel keeps an open file's inode */
 		if (!count)
 			break;
-		tree_forget(&s->t, held->n, count);
+		tree_forget(&s->t, held->n->id, count);
 		held->lookups -= count;
 		if (!held->lookups)
 			*held = s->nodes[--s->nnodes];

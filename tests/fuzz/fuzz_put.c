@@ -118,7 +118,7 @@ static void check_store(struct run *s, struct node *keys)
 		int c = s->committed[k];
 		FZ_CHECK(len == s->env_len[k][c] && memcmp(got, s->env[k][c], len) == 0);
 		tree_release(&s->t, h);
-		tree_forget(&s->t, n, 1);
+		tree_forget(&s->t, n->id, 1);
 	}
 }
 
@@ -218,7 +218,7 @@ static void batch(struct run *s, struct fuzz_in *in, struct node *keys, struct n
 		FZ_CHECK(glen == wlen && memcmp(got, want, wlen) == 0);
 	}
 	tree_release(&s->t, h);
-	tree_forget(&s->t, n_put, 1);
+	tree_forget(&s->t, n_put->id, 1);
 	check_store(s, keys);
 }
 
@@ -258,8 +258,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FZ_CHECK(keys != NULL);
 	for (unsigned b = 0; b < BATCHES_MAX && in.n; b++)
 		batch(&s, &in, keys, ver);
-	tree_forget(&s.t, keys, 1);
-	tree_forget(&s.t, ver, 1);
+	tree_forget(&s.t, keys->id, 1);
+	tree_forget(&s.t, ver->id, 1);
 	expiry_stop(&s.t);
 	tree_close(&s.t);
 	for (int k = 0; k < KEYS; k++)

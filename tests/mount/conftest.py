@@ -92,8 +92,45 @@ class Mount:
                 assert mark not in log, f"sanitizer report in the daemon log:\n{log}"
             assert rc == 0, f"artfs exited {rc}:\n{log}"
 
+    # -- the holder and its daemon --------------------------------------------------
+    def daemons(self):
+        """Pids of the daemons the holder (self.proc) runs: the serving one,
+        and during an upgrade the one that replaces it."""
+        path = f"/proc/{self.proc.pid}/task/{self.proc.pid}/children"
+        try:
+            with open(path) as f:
+                return [int(p) for p in f.read().split()]
+        except FileNotFoundError:
+            return []
+
+    def daemon_pid(self, timeout=20):
+        """The pid of the serving daemon (the holder's one child)."""
+        found = [[]]
+
+        def one():
+            found[0] = self.daemons()
+            return len(found[0]) == 1
+        assert wait_for(one, timeout=timeout), f"holder {self.proc.pid} runs {found[0]}"
+        return found[0][0]
+
+    def kill_daemon(self, sig=9):
+        """Signals the serving daemon (SIGKILL by default); returns its pid."""
+        pid = self.daemon_pid()
+        os.kill(pid, sig)
+        return pid
+
+    def wait_daemon_other_than(self, pid, timeout=20):
+        """The pid of the daemon serving once pid is gone."""
+        found = [[]]
+
+        def other():
+            found[0] = self.daemons()
+            return len(found[0]) == 1 and found[0][0] != pid
+        assert wait_for(other, timeout=timeout), f"no daemon replaced {pid}:\n{self.log()}"
+        return found[0][0]
+
     def kill(self):
-        """SIGKILL the daemon and detach its dead mount."""
+        """SIGKILL the holder (and so its daemon) and detach its dead mount."""
         self.proc.kill()
         self.proc.wait()
         self.proc = None

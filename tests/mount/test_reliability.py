@@ -91,7 +91,7 @@ def test_materialize_memory_is_bounded_and_given_back(make_mount):
     m = make_mount(materialize_max="40M")
     text, whole = _request(m, blocks=16, rows=2048)  # 16 x 786,432 B = 12 MiB result
     want = npy_bytes(whole)
-    base = _rss(m.proc.pid)
+    base = _rss(m.daemon_pid())
     fds = [_open_request(m, text) for _ in range(4)]
     got = [None] * 4
     for i, fd in enumerate(fds[:3]):
@@ -103,14 +103,14 @@ def test_materialize_memory_is_bounded_and_given_back(make_mount):
     met = m.metrics()
     assert met["artfs_materialize_refused_total"] == 1
     assert 3 * len(want) <= met["artfs_materialize_held_bytes"] <= 40 << 20
-    held_rss = _rss(m.proc.pid)
+    held_rss = _rss(m.daemon_pid())
     for fd in fds:
         os.close(fd)
     assert wait_for(lambda: m.metrics()["artfs_materialize_held_bytes"] == 0)
     assert m.wait_log("would exceed materialize_max=")
     # The results were mappings of their own: closing returned them.
-    assert wait_for(lambda: _rss(m.proc.pid) < held_rss - 2 * len(want), timeout=5), \
-        (base, held_rss, _rss(m.proc.pid))
+    assert wait_for(lambda: _rss(m.daemon_pid()) < held_rss - 2 * len(want), timeout=5), \
+        (base, held_rss, _rss(m.daemon_pid()))
     # And a new request is served again.
     fd = _open_request(m, text)
     assert read_to_end(fd) == want
@@ -162,7 +162,7 @@ def test_out_of_descriptors_is_enfile_not_eio(mnt):
     for i in range(40):
         h = f"{i:02x}"
         assert publish(mnt.path(WV, h), encode(WV, h, routed_experts(2, seed=i))) == 0
-    pid = mnt.proc.pid
+    pid = mnt.daemon_pid()
     soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
     held = []
     try:
@@ -249,7 +249,7 @@ def test_clients_that_take_every_descriptor_of_the_daemon(mnt):
     # Each holder may open up to 20,000 of its own (within its hard limit,
     # with room for what it inherits); the daemon, half as many again.
     per = min(20000, resource.getrlimit(resource.RLIMIT_NOFILE)[1] * 6 // 10)
-    pid = mnt.proc.pid
+    pid = mnt.daemon_pid()
     soft_was, hard_was = resource.prlimit(pid, resource.RLIMIT_NOFILE)
     limit = min(per + per // 2, hard_was)
     ctx = multiprocessing.get_context("fork")

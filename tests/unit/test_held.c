@@ -44,6 +44,7 @@ static void remap(int *fd, struct held *h)
 	ck_assert_int_ge(again, 0);
 	held_unmap(h);
 	ck_assert_int_eq(held_map(again, h), 0);
+	held_take_over(h);
 	*fd = again;
 }
 
@@ -75,6 +76,7 @@ START_TEST(test_nodes_outlive_a_mapping)
 	uint64_t ids[100];
 
 	ck_assert_int_eq(held_map(dup(fd), &h), 0);
+	held_take_over(&h);
 	for (int i = 0; i < 100; i++) {
 		struct held_node d = object_desc("v1", (uint8_t)i, 2);
 		ids[i] = held_node_alloc(&h, &d);
@@ -144,6 +146,7 @@ START_TEST(test_forgets_during_the_scan_list_each_slot_once)
 	uint64_t *ids = malloc(sizeof(*ids) * n);
 
 	ck_assert_int_eq(held_map(dup(fd), &h), 0);
+	held_take_over(&h);
 	for (int i = 0; i < n; i++) {
 		struct held_node d = object_desc("v", (uint8_t)i, 1);
 		ids[i] = held_node_alloc(&h, &d);
@@ -180,6 +183,7 @@ START_TEST(test_handles_and_texts_outlive_a_mapping)
 	char line[80];
 
 	ck_assert_int_eq(held_map(dup(fd), &h), 0);
+	held_take_over(&h);
 	for (int i = 0; i < 8; i++) {
 		fh[i] = held_handle_alloc(&h, (uint8_t)(i + 1), 1000 + (uint64_t)i, 2);
 		ck_assert_uint_ge(fh[i], 1);

@@ -255,7 +255,7 @@ START_TEST(store_temporary_files_come_from_the_pool)
 		snprintf(path, sizeof(path), "/tmp/artfs-pool-store-XXXXXX");
 		ck_assert_ptr_nonnull(mkdtemp(path));
 	}
-	ck_assert_int_eq(store_open(&s, path, err, sizeof(err)), 0);
+	ck_assert_int_eq(store_open(&s, path, -1, err, sizeof(err)), 0);
 	for (int i = 0; i < 2 * TMP_POOL_FILES; i++) {
 		struct store_tmp tmp;
 		ck_assert_int_eq(store_tmp_open(&s, &tmp, 1), 0);

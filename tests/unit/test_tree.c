@@ -88,7 +88,7 @@ static int publish_as(struct node *ver, const char *name, const uint8_t *data, s
 	if (closer != owner)
 		rc = tree_flush(&t, h, owner) * 1000 + rc; /* encodes both results */
 	tree_release(&t, h);
-	tree_forget(&t, e.node, 1);
+	tree_forget(&t, e.id, 1);
 	return rc;
 }
 
@@ -107,7 +107,7 @@ static int read_all(struct node *ver, const char *name, uint8_t **out, size_t *o
 		return rc;
 	rc = tree_open_file(&t, e.node, O_RDONLY, &h, &r);
 	if (rc < 0) {
-		tree_forget(&t, e.node, 1);
+		tree_forget(&t, e.id, 1);
 		return rc;
 	}
 	size_t cap = (size_t)e.st.st_size + 1, len = 0;
@@ -126,7 +126,7 @@ static int read_all(struct node *ver, const char *name, uint8_t **out, size_t *o
 			break;
 	}
 	tree_release(&t, h);
-	tree_forget(&t, e.node, 1);
+	tree_forget(&t, e.id, 1);
 	if (rc < 0) {
 		free(buf);
 		return rc;
@@ -182,7 +182,7 @@ START_TEST(publish_and_read_vectors)
 		ck_assert_int_eq(memcmp(got, npy, nlen), 0);
 		/* The same bytes again: idempotent. */
 		ck_assert_int_eq(publish(ver, v[i].hash, env, elen), 0);
-		tree_forget(&t, ver, 1);
+		tree_forget(&t, ver->id, 1);
 		free(got);
 		free(env);
 		free(npy);
@@ -214,7 +214,7 @@ START_TEST(collision_capacity_and_accounting)
 	ck_assert_int_eq(tree_rmdir(&t, &t.root, "v"), -ENOTEMPTY);
 	ck_assert_int_eq(tree_unlink(&t, ver, "bb"), 0);
 	ck_assert_int_eq(tree_unlink(&t, ver, "bb"), -ENOENT);
-	tree_forget(&t, ver, 1);
+	tree_forget(&t, ver->id, 1);
 	ck_assert_int_eq(tree_rmdir(&t, &t.root, "v"), 0);
 	ck_assert_uint_eq(t.objects, 0);
 	free(a);
@@ -236,7 +236,7 @@ START_TEST(a_forked_child_closing_does_not_commit)
 	ck_assert_uint_eq(t.metrics.publishes, 1);
 	/* A truncated object: the writer's close says EBADMSG. */
 	ck_assert_int_eq(publish_as(ver, "bb", a, len / 2, 7, 7), -EBADMSG);
-	tree_forget(&t, ver, 1);
+	tree_forget(&t, ver->id, 1);
 	free(a);
 	stop();
 }
@@ -251,7 +251,7 @@ START_TEST(restart_reindexes_and_refuses_a_second_daemon)
 	struct node *ver = version("v");
 	uint8_t *a = make_envelope("v", "aa", 4, 1, &len);
 	ck_assert_int_eq(publish(ver, "aa", a, len), 0);
-	tree_forget(&t, ver, 1);
+	tree_forget(&t, ver->id, 1);
 
 	struct tree other;
 	ck_assert_int_eq(tree_open(&other, &cfg, err, sizeof(err)), -EBUSY);
@@ -280,7 +280,7 @@ START_TEST(restart_reindexes_and_refuses_a_second_daemon)
 	close(fd);
 	ck_assert_int_eq(read_all(ver, "aa", &got, &got_len), -EIO);
 	ck_assert_uint_eq(t.metrics.checksum_failures, 1);
-	tree_forget(&t, ver, 1);
+	tree_forget(&t, ver->id, 1);
 	free(a);
 	stop();
 }
@@ -309,7 +309,7 @@ START_TEST(names_and_listing)
 	ck_assert_int_eq(tree_lookup(&t, ver, "00aa", &e), -ENOENT);
 	ck_assert(e.entry_timeout == 0);
 	tree_release(&t, h);
-	tree_forget(&t, ce.node, 1);
+	tree_forget(&t, ce.id, 1);
 	ck_assert_int_eq(tree_lookup(&t, ver, "00aa", &e), -ENOENT);
 	ck_assert(e.entry_timeout == 0);
 	ck_assert_int_eq(tree_create(&t, ver, "xyz", O_CREAT | O_WRONLY, &e, &h, &r), -EINVAL);
@@ -327,7 +327,7 @@ START_TEST(names_and_listing)
 		n++;
 	ck_assert_uint_eq(n, 102); /* . and .. */
 	tree_releasedir(&t, h);
-	tree_forget(&t, ver, 1);
+	tree_forget(&t, ver->id, 1);
 	stop();
 }
 END_TEST
@@ -354,8 +354,8 @@ START_TEST(create_in_a_removed_version_registers_nothing)
 	for (int i = 0; i < 3; i++)
 		ck_assert_int_eq(publish(ver, "00bb", a, len), 0);
 	free(a);
-	tree_forget(&t, ver, 1);
-	tree_forget(&t, gone, 1);
+	tree_forget(&t, ver->id, 1);
+	tree_forget(&t, gone->id, 1);
 	stop();
 }
 END_TEST
@@ -382,14 +382,14 @@ START_TEST(a_committed_object_is_never_opened_for_writing)
 		ck_assert_int_ge(tree_write(&t, h, off, a + off, len - off < 100 ? len - off : 100, 7), 0);
 	ck_assert_int_eq(tree_flush(&t, h, 7), 0); /* identical */
 	tree_release(&t, h);
-	tree_forget(&t, ce.node, 1);
+	tree_forget(&t, ce.id, 1);
 	ck_assert_uint_eq(t.metrics.republish_identical, 1);
 	ck_assert_uint_eq(t.objects, 1);
 	/* Unlinked while held: the kernel is told to look the name up again. */
 	ck_assert_int_eq(tree_unlink(&t, ver, "00aa"), 0);
 	ck_assert_int_eq(tree_open_file(&t, e.node, O_RDONLY, &h, &r), -ESTALE);
-	tree_forget(&t, e.node, 1);
-	tree_forget(&t, ver, 1);
+	tree_forget(&t, e.id, 1);
+	tree_forget(&t, ver->id, 1);
 	free(a);
 	stop();
 }
@@ -415,11 +415,11 @@ START_TEST(a_stalled_writer_holds_only_what_it_sent)
 	ck_assert_int_eq(tree_write(&t, h, head, big + head, 1000, 7), 1000);
 	ck_assert_uint_eq(t.bytes_reserved, head + 1000);
 	tree_release(&t, h); /* closed early: nothing committed, nothing held */
-	tree_forget(&t, e.node, 1);
+	tree_forget(&t, e.id, 1);
 	ck_assert_uint_eq(t.bytes_reserved, 0);
 	ck_assert_uint_eq(t.objects, 0);
 	free(big);
-	tree_forget(&t, ver, 1);
+	tree_forget(&t, ver->id, 1);
 	stop();
 }
 END_TEST
