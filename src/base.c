@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base.h"
-#include "ids.h"
 #include "key.h"
 #include "log.h"
 
@@ -43,11 +43,6 @@ pthread_mutex_t *commit_lock_of(struct tree *t, const uint8_t key[32])
 void version_touch(struct version *v)
 {
 	atomic_store_explicit(&v->last_active, clock_now(), memory_order_relaxed);
-}
-
-uint64_t node_id(struct tree *t, struct node *n)
-{
-	return ids_node_shown(t, n);
 }
 
 void sizing_wait(struct tree *t)
@@ -92,10 +87,10 @@ static void handle_free(struct tree *t, struct handle *h)
 		h->next->prev = h->prev;
 		pthread_mutex_unlock(&open_handles_lock);
 	}
-	/* Its number goes with it, unless the next daemon is to open it again
-	 * (a drained daemon's handles that the kernel still holds). */
-	if (h->fh && !t->handing_over)
-		ids_handle_unbind(t, h);
+	/* Its number goes with it (src/ids.c), unless the next daemon is to
+	 * open it again (a drained daemon's handles that the kernel holds). */
+	if (h->fh && !t->handing_over && t->handle_unbind)
+		t->handle_unbind(t, h);
 	if (h->ops->release)
 		h->ops->release(t, h);
 }
@@ -153,15 +148,64 @@ struct version *version_find(struct tree *t, const char *name)
 	return v;
 }
 
+struct object *object_new_found(struct version *v, const uint8_t *hash, size_t len)
+{
+	struct object *o = object_new(v, hash, len);
+
+	if (!o)
+		return NULL;
+	atomic_store(&o->file_size, OBJECT_SIZE_UNKNOWN);
+	if (v->keyonly) { /* named by its key: indexed by key at once */
+		memcpy(o->key, hash, 32);
+		o->keyed = true;
+	}
+	return o;
+}
+
+void version_probe(struct tree *t, struct version *v, const uint8_t *hash, size_t len)
+{
+	char name[ARTFS_HASH_HEX_MAX + 1];
+	struct stat st;
+
+	if (atomic_load(&v->listed))
+		return;
+	key_hex(hash, len, name);
+	if (store_object_stat(v->dirfd, v->keyonly, name, &st) < 0)
+		return; /* not there (or not an object: the listing says so) */
+	struct object *o = object_new_found(v, hash, len);
+	if (!o)
+		return;
+	pthread_mutex_lock(&t->lock);
+	if (!v->removed && !index_object_find(&t->idx, v, hash, len) &&
+	    index_object_insert(&t->idx, v, o) == 0)
+		t->objects++;
+	pthread_mutex_unlock(&t->lock);
+	node_unref(&o->node, 1);
+}
+
+void version_listed_wait(struct tree *t, struct version *v)
+{
+	if (atomic_load(&v->listed))
+		return;
+	pthread_mutex_lock(&t->lock);
+	while (!atomic_load(&v->listed) && t->sizing)
+		pthread_cond_wait(&t->sized_cv, &t->lock);
+	pthread_mutex_unlock(&t->lock);
+}
+
 struct object *version_object_find(struct tree *t, struct version *v, const uint8_t *hash,
 				   size_t len)
 {
-	pthread_mutex_lock(&t->lock);
-	struct object *o = index_object_find(&t->idx, v, hash, len);
-	if (o)
-		node_ref(&o->node);
-	pthread_mutex_unlock(&t->lock);
-	return o;
+	for (int pass = 0;; pass++) {
+		pthread_mutex_lock(&t->lock);
+		struct object *o = index_object_find(&t->idx, v, hash, len);
+		if (o)
+			node_ref(&o->node);
+		pthread_mutex_unlock(&t->lock);
+		if (o || pass || atomic_load(&v->listed))
+			return o;
+		version_probe(t, v, hash, len);
+	}
 }
 
 static int make(struct tree *t, const char *name, bool keyonly, struct version **out)
@@ -267,198 +311,6 @@ void transaction_memory_give(struct tree *t, uint64_t len)
 
 /* Maps size bytes for r (nothing for 0): 0, -EDQUOT when materialize_max=
  * has no room for them, -ENOMEM when the system has none. */
-static int result_map(struct tree *t, struct transaction_result *r, size_t size)
-{
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	size_t map = (size + page - 1) / page * page;
-
-	r->bytes = NULL;
-	r->len = r->map = 0;
-	if (!size)
-		return 0;
-	if (!transaction_memory_take(t, map))
-		return -EDQUOT;
-	void *p = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED) {
-		transaction_memory_give(t, map);
-		return -ENOMEM;
-	}
-	r->bytes = p;
-	r->map = map;
-	return 0;
-}
-
-void transaction_result_free(struct tree *t, struct transaction_result *r)
-{
-	if (r->bytes) {
-		munmap(r->bytes, r->map);
-		transaction_memory_give(t, r->map);
-	}
-	r->bytes = NULL;
-	r->len = r->map = 0;
-}
-
-int transaction_result_make(struct tree *t, struct transaction *x, size_t size)
-{
-	int rc = result_map(t, &x->out, size);
-
-	if (rc == -EDQUOT) {
-		counter_inc(&t->metrics.materialize_refused);
-		return transaction_fail(x, -ENOMEM, "a %zu-byte result would exceed materialize_max=%"
-					PRIu64 " (%" PRIu64 " bytes held by open .materialize files)",
-					size, t->cfg->materialize_max,
-					atomic_load(&t->materialize_held));
-	}
-	if (rc < 0)
-		return transaction_fail(x, -ENOMEM, "no memory for a %zu-byte result", size);
-	return 0;
-}
-
-/* Room for cap bytes of request text: in the handle's record in the
- * holder's memory when it has one. 0 or -ENOMEM. */
-static int request_text_grow(struct tree *t, struct transaction *x, size_t cap)
-{
-	struct request_text *rt = &x->req;
-	struct held_handle *rec = x->h.fh ? ids_handle_record(t, x->h.fh) : NULL;
-
-	if (!transaction_memory_take(t, cap - rt->cap))
-		return -ENOMEM;
-	if (rec) {
-		if (held_text_reserve(&t->held, rec, cap) < 0) {
-			transaction_memory_give(t, cap - rt->cap);
-			return -ENOMEM;
-		}
-		rt->text = (char *)held_text(&t->held, rec);
-		rt->held = true;
-		rt->cap = cap;
-		return 0;
-	}
-	char *grown = realloc(rt->text, cap);
-	if (!grown) {
-		transaction_memory_give(t, cap - rt->cap);
-		return -ENOMEM;
-	}
-	rt->text = grown;
-	rt->cap = cap;
-	return 0;
-}
-
-/* A write at off: what lies before the end must be what is there already
- * (a write a daemon that died had taken, sent again by the kernel); the
- * rest is appended. */
-static int request_text_append(struct tree *t, struct transaction *x, uint64_t off,
-			       const void *buf, size_t len, size_t max)
-{
-	struct request_text *rt = &x->req;
-	size_t again = 0;
-
-	if (off > rt->len)
-		return -EINVAL;
-	if (off < rt->len) {
-		again = rt->len - off < len ? rt->len - (size_t)off : len;
-		if (memcmp(rt->text + off, buf, again) != 0)
-			return -EINVAL;
-	}
-	size_t more = len - again;
-	if (more > max - rt->len)
-		return -EFBIG;
-	if (!more)
-		return (int)len;
-	if (rt->len + more > rt->cap) {
-		size_t cap = rt->cap ? rt->cap : 4096;
-		while (cap < rt->len + more)
-			cap *= 2;
-		int rc = request_text_grow(t, x, cap);
-		if (rc < 0)
-			return rc;
-	}
-	memcpy(rt->text + rt->len, (const char *)buf + again, more);
-	rt->len += more;
-	if (rt->held) /* the bytes are in before the record says so */
-		ids_handle_record(t, x->h.fh)->text_len = rt->len;
-	return (int)len;
-}
-
-static void request_text_free(struct tree *t, struct request_text *rt)
-{
-	transaction_memory_give(t, rt->cap);
-	if (!rt->held) /* else its pages go with the handle's record */
-		free(rt->text);
-	memset(rt, 0, sizeof(*rt));
-}
-
-int transaction_resume(struct tree *t, struct transaction *x)
-{
-	struct held_handle *rec = ids_handle_record(t, x->h.fh);
-
-	if (!rec || !rec->text_cap)
-		return 0;
-	if (!transaction_memory_take(t, rec->text_cap))
-		return -ENOMEM;
-	x->req.text = (char *)held_text(&t->held, rec);
-	x->req.len = rec->text_len <= rec->text_cap ? rec->text_len : rec->text_cap;
-	x->req.cap = rec->text_cap;
-	x->req.held = true;
-	return 0;
-}
-
-void transaction_init(struct transaction *x, const struct handle_ops *ops,
-		      int (*run)(struct tree *t, struct transaction *x))
-{
-	handle_init(&x->h, ops);
-	pthread_mutex_init(&x->mu, NULL);
-	x->run = run;
-}
-
-int transaction_append(struct tree *t, struct transaction *x, uint64_t off, const void *buf,
-		       size_t len, size_t max)
-{
-	int rc;
-
-	pthread_mutex_lock(&x->mu);
-	if (x->done)
-		rc = -EINVAL; /* one transaction per open: reopen for another */
-	else
-		rc = request_text_append(t, x, off, buf, len, max);
-	pthread_mutex_unlock(&x->mu);
-	return rc;
-}
-
-int transaction_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
-		     const void **data, size_t *len)
-{
-	struct transaction *x = (struct transaction *)h;
-
-	pthread_mutex_lock(&x->mu);
-	if (!x->done) {
-		x->error = x->run(t, x);
-		x->done = true;
-	}
-	pthread_mutex_unlock(&x->mu);
-	if (x->error)
-		return x->error;
-	buffer_slice(x->out.bytes, x->out.len, off, size, data, len);
-	return 0;
-}
-
-int transaction_fail(const struct transaction *x, int err, const char *fmt, ...)
-{
-	char msg[384];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	log_warn("%s: %s (%s)", x->who, msg, strerror(-err));
-	return err;
-}
-
-void transaction_release(struct tree *t, struct transaction *x)
-{
-	transaction_result_free(t, &x->out);
-	request_text_free(t, &x->req);
-	pthread_mutex_destroy(&x->mu);
-}
 
 const char *errno_name(int e)
 {

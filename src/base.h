@@ -30,6 +30,8 @@
 
 enum info_file { INFO_METRICS = 0, INFO_CONFIG, INFO_CONTROL, INFO_COUNT };
 
+struct handle;
+
 struct tree {
 	struct artfs_config *cfg;
 	struct store store;
@@ -83,6 +85,8 @@ struct tree {
 	_Atomic(void *) *_Atomic handle_pages[HELD_HANDLES_MAX / IDS_PAGE];
 	struct node stale;        /* what an id resolves to whose node is gone */
 	bool handing_over;        /* drained: what the kernel holds stays for the next daemon */
+	/* A released handle's number goes (src/ids.c sets it). */
+	void (*handle_unbind)(struct tree *t, struct handle *h);
 	bool scan_deferred;       /* the store is indexed at tree_take_over */
 	pthread_t node_scan;      /* learns the free node slots after a takeover */
 	bool node_scan_started;
@@ -211,8 +215,7 @@ pthread_mutex_t *commit_lock_of(struct tree *t, const uint8_t key[32]);
 /* Marks a version active now (publish, read or close). */
 void version_touch(struct version *v);
 
-/* The inode number of a node for st_ino and listings (src/ids.c). */
-uint64_t node_id(struct tree *t, struct node *n);
+
 
 /* Waits until the store's bytes are all counted (after a start). */
 void sizing_wait(struct tree *t);
@@ -220,9 +223,17 @@ void sizing_wait(struct tree *t);
 /* The indexed version of that name, referenced; NULL if none. */
 struct version *version_find(struct tree *t, const char *name);
 
-/* The committed object of v named hash, referenced; NULL if none. */
+/* The committed object of v named hash, referenced; NULL if none (looked
+ * for in the store too while v is not listed yet: version_probe). */
 struct object *version_object_find(struct tree *t, struct version *v, const uint8_t *hash,
 				   size_t len);
+/* While v's objects are indexed in the background (a daemon that took
+ * over), the object named hash is indexed now if its file is in the store. */
+void version_probe(struct tree *t, struct version *v, const uint8_t *hash, size_t len);
+/* Waits until every object of v is indexed. */
+void version_listed_wait(struct tree *t, struct version *v);
+/* An object found in the store (committed, its size not counted yet). */
+struct object *object_new_found(struct version *v, const uint8_t *hash, size_t len);
 
 /* Makes version name (store directory and index entry). Returns 0 with a
  * referenced *out, -EEXIST (*out is the existing one, referenced), -EINVAL
@@ -234,62 +245,6 @@ int version_make(struct tree *t, const char *name, struct version **out);
 bool transaction_memory_take(struct tree *t, uint64_t len);
 void transaction_memory_give(struct tree *t, uint64_t len);
 
-/* A transaction file's result (a .materialize .npy, a .get's envelopes):
- * its own mapping, so that close gives it back to the system rather than
- * to the heap, charged to materialize_max=. */
-struct transaction_result {
-	uint8_t *bytes;     /* NULL while nothing is mapped */
-	size_t len;         /* bytes of the result, once it is complete */
-	size_t map;         /* bytes mapped and charged */
-};
-
-/* The text a transaction file's writes send (a .materialize request, the
- * keys of a .get), grown as it comes and charged to materialize_max=. It
- * lies in the holder's memory, in the text of the handle's record there
- * (held.h), so that a daemon that takes over reads what was written. */
-struct request_text {
-	char *text;
-	size_t len, cap;    /* cap bytes are charged to materialize_max= */
-	bool held;          /* text is the held record's (else malloc'd: no record) */
-};
-
-/* A transaction file (.materialize, .keys/.get), the first member of its
- * module's handle: its writes send the request text, its first read runs
- * the request (run, once) and every read serves the result. */
-struct transaction {
-	struct handle h;
-	pthread_mutex_t mu;
-	int (*run)(struct tree *t, struct transaction *x); /* under mu */
-	char who[160];              /* for logs: "materialize <wv>", "get .keys" */
-	struct request_text req;    /* the request as written */
-	bool done;                  /* the result (or error) is final */
-	int error;
-	struct transaction_result out;
-};
-
-void transaction_init(struct transaction *x, const struct handle_ops *ops,
-		      int (*run)(struct tree *t, struct transaction *x));
-/* Appends a write to the request: len, or -EINVAL once it has run (one
- * transaction per open) or not at the end, -EFBIG (past max bytes),
- * -ENOMEM (no memory, or materialize_max= reached). */
-int transaction_append(struct tree *t, struct transaction *x, uint64_t off, const void *buf,
-		       size_t len, size_t max);
-/* The read operation of a transaction's handle: runs it at the first. */
-int transaction_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
-		     const void **data, size_t *len);
-/* Gives the result size bytes (nothing for 0), charged to materialize_max=:
- * 0, or -ENOMEM (logged; counted as refused when materialize_max= has no
- * room for them). */
-int transaction_result_make(struct tree *t, struct transaction *x, size_t size);
-void transaction_result_free(struct tree *t, struct transaction_result *r);
-/* Logs a failure of the transaction ("<who>: msg (errno text)"); returns err. */
-int transaction_fail(const struct transaction *x, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-/* Frees what the transaction holds (not x itself). */
-void transaction_release(struct tree *t, struct transaction *x);
-/* A transaction opened again by a daemon that takes over: its request as
- * written before, from the holder's memory (x->h.fh set). 0, -ENOMEM. */
-int transaction_resume(struct tree *t, struct transaction *x);
 
 /* The objects that have only a key live in one hidden version (not a valid
  * version name, so never a directory of the mount): store v/.keys, their

@@ -13,6 +13,7 @@
 #include "key.h"
 #include "log.h"
 #include "object.h"
+#include "transaction.h"
 
 /* A .keys/.get file: its request is the keys, its result their envelopes
  * back to back (struct transaction). */

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "ids.h"
-#include "info.h"
 #include "log.h"
 
 static void (*_Atomic weights_describe)(const struct node *n, struct held_node *d);
@@ -25,6 +24,7 @@ void ids_init(struct tree *t)
 	atomic_store(&t->keys_put.id, ID_KEYS_PUT);
 	atomic_store(&t->keys_get.id, ID_KEYS_GET);
 	t->stale.type = NODE_STALE;
+	t->handle_unbind = ids_handle_unbind;
 	pthread_mutex_init(&t->ids_mu, NULL);
 }
 
@@ -148,7 +148,7 @@ uint64_t ids_node_ref(struct tree *t, struct node *n)
 	return id;
 }
 
-uint64_t ids_node_shown(struct tree *t, struct node *n)
+uint64_t node_id(struct tree *t, struct node *n)
 {
 	uint64_t id = atomic_load(&n->id);
 

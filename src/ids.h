@@ -34,8 +34,8 @@ void ids_close(struct tree *t);
  * id, made if n has none; 0 when the holder's table is full (logged). */
 uint64_t ids_node_ref(struct tree *t, struct node *n);
 /* n's id for st_ino and listings, taking no lookup: its own, or (none
- * given yet) one made up from what it names, never a fixed one. */
-uint64_t ids_node_shown(struct tree *t, struct node *n);
+ * given yet) one made up from its address, never one a slot can have. */
+uint64_t node_id(struct tree *t, struct node *n);
 /* This daemon's node of id: a fixed one, or one mapped; NULL when none is
  * (yet: an id a daemon before gave out). */
 struct node *ids_node(struct tree *t, uint64_t id);

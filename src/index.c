@@ -144,6 +144,7 @@ struct version *version_new(const char *name, int dirfd, int64_t created)
 		return NULL;
 	v->node.type = NODE_VERSION;
 	atomic_init(&v->node.refs, 1);
+	atomic_init(&v->listed, true);
 	v->materialize.type = NODE_MATERIALIZE;
 	v->materialize.owner = &v->node;
 	v->put.type = NODE_PUT;

@@ -63,6 +63,10 @@ struct version {
 	int dirfd;                /* <store>/v/<wv> */
 	bool removed;
 	bool keyonly;             /* ".keys": the objects that have only a key (hash = key) */
+	/* Every object of its store directory is indexed. A daemon that takes
+	 * over indexes them in the background (src/scan.c); until then a name
+	 * that is not indexed is looked for in the store (version_probe). */
+	_Atomic bool listed;
 	struct weights *weights;  /* loaded weights, or NULL (tree lock) */
 	struct object_table objects;
 	uint64_t bytes;           /* committed bytes in this version */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ids.h"
 #include "info.h"
 #include "key.h"
 #include "listing.h"
@@ -133,6 +134,7 @@ int listing_open(struct tree *t, struct node *dir, struct handle **h)
 		break;
 	case NODE_VERSION: {
 		struct version *v = (struct version *)dir;
+		version_listed_wait(t, v);
 		pthread_mutex_lock(&t->lock);
 		if (!v->removed)
 			index_each_object(v, add_object, l);

@@ -15,6 +15,7 @@
 #include "npy.h"
 #include "object.h"
 #include "parallel.h"
+#include "transaction.h"
 
 /* A .materialize file: its request names objects, its result is the .npy
  * of their concatenation. */
@@ -345,6 +346,9 @@ static size_t find_all(struct tree *t, struct mat *m, const struct materialize_r
 {
 	size_t missing = req->count;
 
+	if (!atomic_load(&m->ver->listed)) /* a daemon that took over indexes it meanwhile */
+		for (size_t i = 0; i < req->count; i++)
+			version_probe(t, m->ver, req->blocks[i].hash, req->blocks[i].len);
 	pthread_mutex_lock(&t->lock);
 	for (size_t i = 0; i < req->count; i++) {
 		seen[i].o = index_object_find(&t->idx, m->ver, req->blocks[i].hash, req->blocks[i].len);

@@ -18,7 +18,38 @@ struct scan {
 	struct version *v;
 	uint64_t objects, bytes, versions, dropped, skipped;
 	int error;
+	bool objects_later;        /* versions only: objects by the sizing threads */
+	struct object **batch;     /* a version listed in the background: objects to index */
+	size_t nbatch;
 };
+
+#define SCAN_BATCH 4096
+
+/* Indexes the batch's objects under the lock, but those a lookup found in
+ * the store meanwhile (version_probe). */
+static int index_batch(struct scan *s)
+{
+	struct tree *t = s->t;
+	int rc = 0;
+
+	pthread_mutex_lock(&t->lock);
+	for (size_t i = 0; i < s->nbatch; i++) {
+		struct object *o = s->batch[i];
+		if (rc == 0 && !s->v->removed &&
+		    !index_object_find(&t->idx, s->v, o->hash, o->hash_len)) {
+			rc = index_object_insert(&t->idx, s->v, o);
+			if (rc == 0) {
+				t->objects++;
+				s->objects++;
+			}
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	for (size_t i = 0; i < s->nbatch; i++)
+		node_unref(&s->batch[i]->node, 1);
+	s->nbatch = 0;
+	return rc;
+}
 
 static int scan_object(void *ctx, const char *name, unsigned char d_type)
 {
@@ -38,13 +69,12 @@ static int scan_object(void *ctx, const char *name, unsigned char d_type)
 		s->skipped++;
 		return 0;
 	}
-	struct object *o = object_new(v, hash, len);
+	struct object *o = object_new_found(v, hash, len);
 	if (!o)
 		return -ENOMEM;
-	atomic_store(&o->file_size, OBJECT_SIZE_UNKNOWN);
-	if (v->keyonly) { /* named by its key: indexed by key at once */
-		memcpy(o->key, hash, 32);
-		o->keyed = true;
+	if (s->batch) { /* indexed by the batch, under the lock */
+		s->batch[s->nbatch++] = o;
+		return s->nbatch == SCAN_BATCH ? index_batch(s) : 0;
 	}
 	int rc = index_object_insert(&s->t->idx, v, o);
 	node_unref(&o->node, 1);
@@ -84,16 +114,42 @@ static int scan_version(void *ctx, const char *name, unsigned char d_type)
 	node_unref(&v->node, 1);
 	if (rc < 0)
 		return rc;
-	s->v = v;
 	s->versions++;
+	if (s->objects_later) {
+		atomic_store(&v->listed, false);
+		return 0;
+	}
+	s->v = v;
 	rc = store_objects_list(fd, keyonly, scan_object, s);
 	s->v = NULL;
 	return rc;
 }
 
-int scan_store(struct tree *t, char *err, size_t errlen)
+/* A version found by a daemon that takes over: its objects indexed, on a
+ * sizing thread, in batches under the lock. */
+static void list_version(struct tree *t, struct version *v)
 {
-	struct scan s = { .t = t };
+	struct scan s = { .t = t, .v = v, .batch = malloc(SCAN_BATCH * sizeof(struct object *)) };
+	int rc = s.batch ? store_objects_list(v->dirfd, v->keyonly, scan_object, &s) : -ENOMEM;
+
+	if (rc == 0 && s.nbatch)
+		rc = index_batch(&s);
+	for (size_t i = 0; i < s.nbatch; i++)
+		node_unref(&s.batch[i]->node, 1);
+	free(s.batch);
+	if (rc < 0)
+		log_err("store: cannot index version %s: %s; its names are looked for one by one",
+			v->name, strerror(-rc));
+	pthread_mutex_lock(&t->lock);
+	if (rc == 0)
+		atomic_store(&v->listed, true);
+	pthread_cond_broadcast(&t->sized_cv);
+	pthread_mutex_unlock(&t->lock);
+}
+
+int scan_store(struct tree *t, bool objects_later, char *err, size_t errlen)
+{
+	struct scan s = { .t = t, .objects_later = objects_later };
 	struct timespec a, b;
 
 	clock_gettime(CLOCK_MONOTONIC, &a);
@@ -103,7 +159,7 @@ int scan_store(struct tree *t, char *err, size_t errlen)
 	int rc = store_list(t->store.versions_fd, scan_version, &s);
 	t->objects = s.objects;
 	t->bytes_used = 0;
-	t->sizing = s.objects > 0;
+	t->sizing = s.objects > 0 || (objects_later && s.versions > 0);
 	pthread_mutex_unlock(&t->lock);
 	if (rc < 0) {
 		snprintf(err, errlen, "store %s: cannot index it: %s", t->store.path, strerror(-rc));
@@ -111,9 +167,13 @@ int scan_store(struct tree *t, char *err, size_t errlen)
 	}
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
-	log_info("store %s: indexed %llu objects in %llu versions in %.0f ms; "
-		 "dropped %llu temporary files", t->store.path, (unsigned long long)s.objects,
-		 (unsigned long long)s.versions, ms, (unsigned long long)s.dropped);
+	if (objects_later)
+		log_info("store %s: indexed %llu versions in %.0f ms; their objects are indexed "
+			 "while the daemon serves", t->store.path, (unsigned long long)s.versions, ms);
+	else
+		log_info("store %s: indexed %llu objects in %llu versions in %.0f ms; "
+			 "dropped %llu temporary files", t->store.path, (unsigned long long)s.objects,
+			 (unsigned long long)s.versions, ms, (unsigned long long)s.dropped);
 	return 0;
 }
 
@@ -180,6 +240,8 @@ static void size_version(struct sizer *z, struct version *v)
 	uint8_t (*keys)[32] = malloc(SIZE_BATCH * 32);
 	struct stat st;
 
+	if (!atomic_load(&v->listed))
+		list_version(t, v);
 	pthread_mutex_lock(&t->lock);
 	if (!v->removed)
 		index_each_object(v, collect_unsized, &u);

@@ -7,9 +7,13 @@
 
 #include "base.h"
 
-/* Indexes every object by name (readdir only: start stays fast); their
- * sizes are unknown until scan_size_start's threads have counted them. */
-int scan_store(struct tree *t, char *err, size_t errlen);
+/* Indexes every version and (unless objects_later) every object by name
+ * (readdir only: start stays fast); their sizes are unknown until
+ * scan_size_start's threads have counted them. With objects_later (a
+ * daemon that takes over, which serves at once) those threads index each
+ * version's objects first; meanwhile lookups find them in the store
+ * (version_probe). */
+int scan_store(struct tree *t, bool objects_later, char *err, size_t errlen);
 /* Sizes the objects found by scan_store in the background. */
 int scan_size_start(struct tree *t);
 /* Stops and joins the sizing threads (shutdown). */

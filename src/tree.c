@@ -27,6 +27,7 @@
 #include "object.h"
 #include "publish.h"
 #include "scan.h"
+#include "transaction.h"
 #include "tree.h"
 #include "weights.h"
 
@@ -101,7 +102,7 @@ int tree_open_start(struct tree *t, struct artfs_config *cfg, const struct tree_
 		}
 	}
 	if (!start->defer_scan) {
-		rc = scan_store(t, err, errlen);
+		rc = scan_store(t, start->takeover, err, errlen);
 		if (rc < 0)
 			goto fail;
 	}
@@ -146,7 +147,7 @@ int tree_take_over(struct tree *t)
 
 	if (t->scan_deferred) { /* what the daemon before committed is all in now */
 		t->scan_deferred = false;
-		int rc = scan_store(t, err, sizeof(err));
+		int rc = scan_store(t, true, err, sizeof(err));
 		if (rc < 0) {
 			log_err("takeover: %s", err);
 			return rc;
@@ -588,6 +589,11 @@ int tree_rmdir(struct tree *t, struct node *parent, const char *name)
 		return -EPERM;
 	int rc = 0;
 	bool stray = false;
+	struct version *listed = version_find(t, name);
+	if (listed) { /* its objects counted first (a daemon that took over) */
+		version_listed_wait(t, listed);
+		node_unref(&listed->node, 1);
+	}
 	pthread_mutex_lock(&t->lock);
 	struct version *v = index_version_find(&t->idx, name);
 	if (!v)
@@ -625,6 +631,7 @@ static int remove_object(struct tree *t, struct version *v, const uint8_t *hash,
 	if (v) { /* the key this name must carry chooses the commit lock */
 		version_object_key_bin(v, hash, len, derived);
 		key = derived;
+		version_probe(t, v, hash, len);
 	}
 	pthread_mutex_t *commit_lock = commit_lock_of(t, key);
 	pthread_mutex_lock(commit_lock);

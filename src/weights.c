@@ -15,6 +15,7 @@
 #include "checkpoint.h"
 #include "expiry.h"
 #include "gpu/gpu.h"
+#include "ids.h"
 #include "text.h"
 #include "key.h"
 #include "log.h"

@@ -42,7 +42,7 @@
 
 enum file_kind { F_FILE = 1, F_DIR };
 
-struct held {
+struct looked {
 	struct node *n;
 	uint64_t lookups;
 };
@@ -58,7 +58,7 @@ struct ns {
 	struct artfs_config cfg;
 	struct tree t;
 	char store[320];
-	struct held nodes[NODES_MAX];  /* nodes[0] is the root, never forgotten */
+	struct looked nodes[NODES_MAX];  /* nodes[0] is the root, never forgotten */
 	size_t nnodes;
 	struct open_file files[FILES_MAX];
 	size_t nfiles;
@@ -140,7 +140,7 @@ static bool hold(struct ns *s, struct node *n)
 		tree_forget(&s->t, n->id, 1);
 		return false;
 	}
-	s->nodes[s->nnodes++] = (struct held){ n, 1 };
+	s->nodes[s->nnodes++] = (struct looked){ n, 1 };
 	return true;
 }
 
@@ -204,7 +204,7 @@ static void start(struct ns *s, bool wait_sized)
 	if (wait_sized)
 		sizing_wait(&s->t);
 	FZ_CHECK(expiry_start(&s->t) == 0);
-	s->nodes[0] = (struct held){ &s->t.root, 0 };
+	s->nodes[0] = (struct looked){ &s->t.root, 0 };
 	s->nnodes = 1;
 }
 
@@ -485,7 +485,7 @@ static void op(struct ns *s, struct fuzz_in *in)
 	case 10: {
 		if (s->nnodes < 2)
 			break;
-		struct held *held = &s->nodes[1 + fz_u8(in) % (s->nnodes - 1)];
+		struct looked *held = &s->nodes[1 + fz_u8(in) % (s->nnodes - 1)];
 		uint64_t count = 1 + fz_u8(in) % held->lookups;
 		if (count == held->lookups && is_open(s, held->n))
 			count--; /* the kernel keeps an open file's inode */

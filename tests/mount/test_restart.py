@@ -268,3 +268,37 @@ def test_unmount_after_restarts_ends_the_holder(tmp_path):
     m.stop()  # umount: the daemon ends cleanly, then the holder (exit 0)
     assert not is_mounted(m.mountpoint)
     assert "3 restarts" in open(m.logfile).read()
+
+
+def test_a_daemon_that_takes_over_serves_before_its_index_is_whole(mnt):
+    """After a kill, the next daemon serves at once and indexes the
+    store's objects in the background: names are found in the store
+    meanwhile (a read, a stat, an unlink, a .materialize), a listing and
+    .keys/ wait for the index, and all of it ends whole."""
+    n = 6000
+    os.mkdir(mnt.path("big"))
+    hashes = ["%06x" % i for i in range(n)]
+    envs = {h: encode("big", h, routed_experts(1, layers=2, top_k=2, seed=i))
+            for i, h in enumerate(hashes)}
+    for b in range(0, n, 500):
+        data = b"".join(h.encode() + b"\n" + envs[h] for h in hashes[b:b + 500])
+        fd = os.open(mnt.path("big", ".put"), os.O_RDWR)
+        os.write(fd, data)
+        assert os.pread(fd, 1 << 20, 0).decode().split()[1::2] == ["0"] * len(hashes[b:b + 500])
+        os.close(fd)
+    pid = mnt.kill_daemon()
+    mnt.wait_daemon_other_than(pid)
+    rng = random.Random(3)
+    for h in rng.sample(hashes, 50):
+        hlen = int.from_bytes(envs[h][:4], "little")
+        assert os.stat(mnt.path("big", h)).st_size > 0
+        assert read_result(mnt.path("big", h))[-4:] == envs[h][-4:]
+        assert os.getxattr(mnt.path("big", h), "user.artfs.shape") == b"1,2,2"
+        assert hlen
+    gone = hashes[17]
+    os.unlink(mnt.path("big", gone))
+    assert sorted(os.listdir(mnt.path("big"))) == [h for h in hashes if h != gone]
+    k = restart_load.derive_key("big", hashes[42]).split("/", 1)[1]
+    assert read_result(mnt.path(".keys", k)) == envs[hashes[42]]
+    assert wait_for(lambda: mnt.metrics()["artfs_objects"] == n - 1)
+    assert "their objects are indexed while the daemon serves" in mnt.log()
