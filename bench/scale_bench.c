@@ -10,10 +10,13 @@
  * payloads come from a fixed seed, so a complete store is reused on the next
  * run (--regen forces a new one).
  *
- * Then, with the daemon run as a child (`-f -o store=...,capacity=64G <mnt>`):
- *   baseline   VmRSS of a daemon on an empty store
- *   start      fork -> mount in /proc/self/mounts, --starts times; the
- *              daemon's own "indexed ..." log line; VmRSS; bytes per object
+ * Then, with artfs run as a child (`-f -o store=...,capacity=64G <mnt>`: the
+ * mount's holder, which runs the daemon that serves):
+ *   baseline   VmRSS of the daemon on an empty store
+ *   start      fork -> the first stat of the mount answered (the holder
+ *              mounts at once, its daemon answers once it has indexed),
+ *              --starts times; the daemon's own "indexed ..." log line;
+ *              the daemon's VmRSS; bytes per object
  *   listing    `ls <mnt>/big | wc -l` through the shell, and a readdir loop
  *   stat       10,000 distinct random objects, each stat() timed: cold (no
  *              name known to the kernel yet), then cached
@@ -261,6 +264,29 @@ static void read_status(pid_t pid, long *rss, long *hwm, long *anon)
 		bench_die("no VmRSS in %s", path);
 }
 
+/* The daemon that serves: the mount's holder (the process started) runs
+ * it as its child. */
+static pid_t serving(pid_t holder)
+{
+	char path[96];
+	long child = -1;
+
+	snprintf(path, sizeof(path), "/proc/%ld/task/%ld/children", (long)holder, (long)holder);
+	for (int tries = 0; tries < 5000 && child < 0; tries++) {
+		FILE *f = fopen(path, "re");
+		if (f) {
+			if (fscanf(f, "%ld", &child) != 1)
+				child = -1;
+			fclose(f);
+		}
+		if (child < 0)
+			sleep_ms(1);
+	}
+	if (child < 0)
+		bench_die("holder %ld runs no daemon", (long)holder);
+	return (pid_t)child;
+}
+
 static void parse_index_line(struct daemon_run *d)
 {
 	FILE *f = fopen(d->log, "re");
@@ -368,7 +394,7 @@ static void daemon_start(const struct cfg *c, const char *store, const char *log
 	if (stat(c->mnt, &st) < 0)
 		bench_die("stat %s: %s", c->mnt, strerror(errno));
 	d->ready_ns = bench_now_ns() - t0;
-	read_status(pid, &d->rss_kb, &d->hwm_kb, &d->anon_kb);
+	read_status(serving(pid), &d->rss_kb, &d->hwm_kb, &d->anon_kb);
 	parse_index_line(d);
 }
 
@@ -992,7 +1018,7 @@ static void summary(const struct cfg *c, const struct results *r)
 		printf("%-40s %-20s %-26s %s\n", name, m, reftext, goal);                  \
 	} while (0)
 	snprintf(ref, sizeof(ref), "%.3f s readdir+fstatat", r->raw_scan_stat_s);
-	ROW("start: fork -> mount listed (median)", "<= 2 s", ref, "%.3f s", r->start_med_s);
+	ROW("start: fork -> first answer (median)", "<= 2 s", ref, "%.3f s", r->start_med_s);
 	ROW("start: daemon's own index time (median)", "-", "", "%.0f ms", r->index_ms_med);
 	ROW("daemon memory per object", "<= 256 B", "", "%.1f B", r->bytes_per_obj);
 	ROW("  VmRSS empty / full store", "-", "", "%.1f / %.1f MiB",
@@ -1161,7 +1187,7 @@ int main(int argc, char **argv)
 		res.start_s[s] = (double)d.start_ns / 1e9;
 		res.ready_s[s] = (double)d.ready_ns / 1e9;
 		res.rss_full_kb[s] = d.rss_kb;
-		start_ns[s] = d.start_ns;
+		start_ns[s] = d.ready_ns; /* the holder mounts at once; its daemon answers later */
 		idx_ms[s] = d.idx_ms;
 		double sized_ms = wait_sized_line(path, &d.idx_bytes);
 		printf("  start %u: mount %.3f s, first stat answered %.3f s; daemon log: indexed "
@@ -1224,7 +1250,7 @@ int main(int argc, char **argv)
 	free(sample);
 
 	long anon;
-	read_status(d.pid, &res.rss_end_kb, &res.hwm_end_kb, &anon);
+	read_status(serving(d.pid), &res.rss_end_kb, &res.hwm_end_kb, &anon);
 	printf("\ndaemon after the measurements: VmRSS %ld kB, VmHWM %ld kB, RssAnon %ld kB\n",
 	       res.rss_end_kb, res.hwm_end_kb, anon);
 

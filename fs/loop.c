@@ -54,6 +54,7 @@ static struct {
 } pool = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
 static _Thread_local bool leading;
+static _Thread_local bool resent;   /* the request this thread serves was sent again */
 
 #define LEAD_SPIN_NS 50000   /* see receive() */
 #define LEAD_SPIN_SLOW_NS 2000000 /* the longest it asks while a slow request runs */
@@ -133,6 +134,11 @@ static void note(struct held_inflight *f, const struct fuse_buf *buf, int n)
 	atomic_store_explicit(&f->unique, in.unique, memory_order_release);
 }
 
+bool fs_request_resent(void)
+{
+	return resent;
+}
+
 /* Reads and answers requests until this thread hands the reading off:
  * 0, or the session ended: -errno, 1 when it ended cleanly. */
 static int lead(struct fuse_buf *buf)
@@ -149,6 +155,9 @@ static int lead(struct fuse_buf *buf)
 		if (n <= 0)
 			return n < 0 && n != -ENODEV ? n : 1;
 		note(f, buf, n);
+		/* FUSE_NOTIFY_RESEND marks what it sends again with bit 63. */
+		resent = n >= (int)sizeof(struct fuse_in_header) &&
+			 (((const struct fuse_in_header *)buf->mem)->unique >> 63);
 		fuse_session_process_buf(pool.se, buf);
 		note(f, buf, 0);
 		if (!leading) /* it was slow and handed off: it ended now */

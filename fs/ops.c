@@ -150,22 +150,33 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		fuse_reply_attr(req, &out, timeout);
 }
 
+/* A request the kernel sent again after a daemon died may have been
+ * carried out by that daemon: what it asked for is so now. */
+static int again(int rc, int done)
+{
+	return rc == done && fs_request_resent() ? 0 : rc;
+}
+
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
+	struct tree *t = tree_of(req);
+	struct node *p = node_of(req, parent);
 	struct tree_entry e;
-	int rc = tree_mkdir(tree_of(req), node_of(req, parent), name, &e);
+	int rc = tree_mkdir(t, p, name, &e);
 
+	if (again(rc, -EEXIST) == 0 && rc < 0)
+		rc = tree_lookup(t, p, name, &e);
 	reply_entry(req, rc, &e);
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	fuse_reply_err(req, -tree_rmdir(tree_of(req), node_of(req, parent), name));
+	fuse_reply_err(req, -again(tree_rmdir(tree_of(req), node_of(req, parent), name), -ENOENT));
 }
 
 static void run_unlink(struct job *j)
 {
-	fuse_reply_err(j->req, -tree_unlink(tree_of(j->req), j->n, j->data));
+	fuse_reply_err(j->req, -again(tree_unlink(tree_of(j->req), j->n, j->data), -ENOENT));
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)

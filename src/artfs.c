@@ -113,6 +113,9 @@ static void *control_main(void *arg)
 	while (keeper_recv(d->tk.ctl, &m, NULL, -1) == 0)
 		if (m.type == KEEPER_DRAIN) {
 			log_info("draining for an upgrade");
+			/* Collections end while requests are still served: one
+			 * may wait for a request its notice to the kernel needs. */
+			expiry_stop(d->t, -1);
 			fs_loop_drain();
 		}
 	return NULL;
@@ -198,7 +201,10 @@ static int serve(struct daemon *d, struct fuse_args *args, struct fuse_cmdline_o
 	if (rc == SIGTERM || rc == SIGINT || rc == SIGHUP || fs_loop_drained())
 		rc = 0;
 	t->forget_entry = NULL;
-	expiry_stop(t);
+	if (!expiry_stop(t, 2000)) {
+		log_warn("a collection waits for the kernel; the daemon ends without it");
+		exit(rc ? 1 : 0);
+	}
 	if (fs_loop_drained())
 		tree_hand_over(t);
 out_signals:

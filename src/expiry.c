@@ -197,21 +197,35 @@ int expiry_start(struct tree *t)
 	return 0;
 }
 
-void expiry_stop(struct tree *t)
+bool expiry_stop(struct tree *t, int ms)
 {
 	struct expiry *e = expiry_of(t);
 
 	if (!e)
-		return;
+		return true;
 	pthread_mutex_lock(&e->mu);
 	e->stop = true;
 	pthread_cond_signal(&e->cv);
 	pthread_mutex_unlock(&e->mu);
-	if (e->running)
-		pthread_join(e->thread, NULL);
+	if (e->running) {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += ms / 1000;
+		until.tv_nsec += (long)(ms % 1000) * 1000000;
+		if (until.tv_nsec >= 1000000000) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000;
+		}
+		/* A collection's notice to the kernel can wait for a request
+		 * that no thread serves any more. */
+		if (ms >= 0 ? pthread_timedjoin_np(e->thread, NULL, &until) != 0
+			    : pthread_join(e->thread, NULL) != 0)
+			return false;
+	}
 	bury(t, e->queue, false);
 	t->expiry = NULL;
 	pthread_cond_destroy(&e->cv);
 	pthread_mutex_destroy(&e->mu);
 	free(e);
+	return true;
 }

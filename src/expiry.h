@@ -6,12 +6,14 @@
 #ifndef ARTFS_EXPIRY_H
 #define ARTFS_EXPIRY_H
 
+#include <stdbool.h>
+
 #include "base.h"
 
 int expiry_start(struct tree *t);
-/* Stops the janitor and finishes deleting what it had queued; no kernel
- * notification is sent after this returns. */
-void expiry_stop(struct tree *t);
+/* Stops and joins the collection thread, waiting at most ms milliseconds
+ * (-1: for ever): false when it did not end in time (it is left alone). */
+bool expiry_stop(struct tree *t, int ms);
 /* Has the janitor tell the kernel to forget parent/name (the daemon removed
  * it by itself: unloaded weights). */
 void expiry_forget(struct tree *t, uint64_t parent, const char *name);

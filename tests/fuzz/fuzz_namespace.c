@@ -211,7 +211,7 @@ static void start(struct ns *s, bool wait_sized)
 static void stop(struct ns *s)
 {
 	drop_all(s);
-	expiry_stop(&s->t);
+	expiry_stop(&s->t, -1);
 	tree_close(&s->t);
 }
 

@@ -260,7 +260,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		batch(&s, &in, keys, ver);
 	tree_forget(&s.t, keys->id, 1);
 	tree_forget(&s.t, ver->id, 1);
-	expiry_stop(&s.t);
+	expiry_stop(&s.t, -1);
 	tree_close(&s.t);
 	for (int k = 0; k < KEYS; k++)
 		for (int c = 0; c < 2; c++)
