@@ -3,6 +3,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -255,12 +256,18 @@ START_TEST(many_processes_copy_while_the_file_is_cut)
 	for (uint64_t i = 0; i < FILE_BYTES; i++)
 		want[i] = byte_at(i);
 	make_file();
+	/* Each process says on ready[1] that it has mapped the whole file and
+	 * started copying; the file is cut only then (a process that opened it
+	 * after the cut would see a file of 8 KiB and copy nothing). */
+	int ready[2];
+	ck_assert_int_eq(pipe(ready), 0);
 	for (int k = 0; k < 4; k++) {
 		kids[k] = fork();
 		ck_assert_int_ge(kids[k], 0);
 		if (kids[k] == 0) {
 			struct proc_copier cs[2];
 			pthread_t ts[2];
+			close(ready[0]);
 			int fd2 = open(path, O_RDONLY);
 			struct stat st2;
 			if (fd2 < 0 || fstat(fd2, &st2) != 0)
@@ -272,6 +279,9 @@ START_TEST(many_processes_copy_while_the_file_is_cut)
 				if (pthread_create(&ts[j], NULL, proc_copy_loop, &cs[j]) != 0)
 					_exit(12);
 			}
+			if (write(ready[1], "r", 1) != 1)
+				_exit(13);
+			close(ready[1]);
 			int code = 0;
 			for (int j = 0; j < 2; j++) {
 				pthread_join(ts[j], NULL);
@@ -284,7 +294,15 @@ START_TEST(many_processes_copy_while_the_file_is_cut)
 			_exit(code);
 		}
 	}
-	usleep(50000);
+	close(ready[1]);
+	for (int k = 0; k < 4; k++) {
+		struct pollfd p = { .fd = ready[0], .events = POLLIN };
+		char r;
+		ck_assert_msg(poll(&p, 1, 10000) == 1 && read(ready[0], &r, 1) == 1,
+			      "copier process %d did not start", k);
+	}
+	close(ready[0]);
+	usleep(20000); /* copies under way */
 	ck_assert_int_eq(ftruncate(fd, 8192), 0);
 	for (int k = 0; k < 4; k++) {
 		int status;
