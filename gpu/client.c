@@ -9,11 +9,11 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include <cuda_runtime_api.h>
 #include <jansson.h>
 
 #include "artfs/client.h"
 #include "checkpoint.h"
+#include "client_gpu.h"
 
 #define MANIFEST_MAX (1u << 30)
 
@@ -31,8 +31,6 @@ int artfs_fingerprint(const char *checkpoint_dir, int tp_size, int tp_rank, int 
 		      struct artfs_fingerprint *fp, char *err, size_t errlen)
 {
 	struct checkpoint c;
-	struct cudaDeviceProp p;
-	int driver = 0;
 
 	memset(fp, 0, sizeof(*fp));
 	int rc = checkpoint_open(checkpoint_dir, &c, err, errlen);
@@ -46,17 +44,8 @@ int artfs_fingerprint(const char *checkpoint_dir, int tp_size, int tp_rank, int 
 	checkpoint_close(&c);
 	fp->tp_size = (uint32_t)tp_size;
 	fp->tp_rank = (uint32_t)tp_rank;
-	cudaError_t e = cudaGetDeviceProperties(&p, device);
-	if (e == cudaSuccess)
-		e = cudaDriverGetVersion(&driver);
-	if (e != cudaSuccess) {
-		snprintf(err, errlen, "GPU %d: %s", device, cudaGetErrorString(e));
-		return -ENODEV;
-	}
-	fp->cc_major = (uint32_t)p.major;
-	fp->cc_minor = (uint32_t)p.minor;
-	fp->driver_version = (uint32_t)driver;
-	return 0;
+	return client_gpu_describe(device, &fp->cc_major, &fp->cc_minor, &fp->driver_version, err,
+				   errlen);
 }
 
 static char *read_all(const char *path, size_t *len, char *err, size_t errlen)
@@ -206,14 +195,12 @@ int artfs_weights_attach(const char *mount, const char *wv, int rank,
 		snprintf(err, errlen, "%s: attach returned %u slabs", path, a.slab_count);
 		goto fail;
 	}
-	cudaGetDevice(&w->device);
+	w->device = client_gpu_current();
 	for (uint32_t i = 0; i < a.slab_count; i++) {
-		cudaIpcMemHandle_t h;
-		memcpy(&h, a.slabs[i].ipc_handle, sizeof(h));
-		cudaError_t e = cudaIpcOpenMemHandle(&w->slabs[i], h, cudaIpcMemLazyEnablePeerAccess);
-		if (e != cudaSuccess) {
-			rc = -EIO;
-			snprintf(err, errlen, "%s: cudaIpcOpenMemHandle: %s", path, cudaGetErrorString(e));
+		char why[192];
+		rc = client_gpu_open(a.slabs[i].ipc_handle, &w->slabs[i], why, sizeof(why));
+		if (rc < 0) {
+			snprintf(err, errlen, "%s: %s", path, why);
 			goto fail;
 		}
 		w->slab_count = i + 1;
@@ -256,7 +243,7 @@ void artfs_weights_detach(struct artfs_weights *w)
 	if (!w)
 		return;
 	for (uint32_t i = 0; i < w->slab_count; i++)
-		cudaIpcCloseMemHandle(w->slabs[i]);
+		client_gpu_close(w->slabs[i]);
 	if (w->fd >= 0)
 		close(w->fd);
 	free(w->tensors);

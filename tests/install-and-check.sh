@@ -9,6 +9,9 @@ if [ "$(id -u)" = 0 ]; then
 	apt-get update -qq
 	# shellcheck disable=SC2046
 	apt-get install -y -qq --no-install-recommends $(cat contrib/debian-packages) >/dev/null
+	# What building and checking the Debian packages needs (tests/debian).
+	# shellcheck disable=SC2046
+	apt-get install -y -qq --no-install-recommends $(cat contrib/debian-packages-check) >/dev/null
 fi
 autoreconf -fi
 ./configure

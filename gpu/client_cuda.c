@@ -1,0 +1,55 @@
+#include "autoconf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "client_gpu.h"
+
+int client_gpu_describe(int device, uint32_t *cc_major, uint32_t *cc_minor, uint32_t *driver,
+			char *err, size_t errlen)
+{
+	struct cudaDeviceProp p;
+	int version = 0;
+	cudaError_t e = cudaGetDeviceProperties(&p, device);
+
+	if (e == cudaSuccess)
+		e = cudaDriverGetVersion(&version);
+	if (e != cudaSuccess) {
+		snprintf(err, errlen, "GPU %d: %s", device, cudaGetErrorString(e));
+		return -ENODEV;
+	}
+	*cc_major = (uint32_t)p.major;
+	*cc_minor = (uint32_t)p.minor;
+	*driver = (uint32_t)version;
+	return 0;
+}
+
+int client_gpu_current(void)
+{
+	int device = 0;
+
+	cudaGetDevice(&device);
+	return device;
+}
+
+int client_gpu_open(const uint8_t handle[64], void **ptr, char *err, size_t errlen)
+{
+	cudaIpcMemHandle_t h;
+
+	_Static_assert(sizeof(h) == 64, "a CUDA IPC handle is 64 bytes");
+	memcpy(&h, handle, sizeof(h));
+	cudaError_t e = cudaIpcOpenMemHandle(ptr, h, cudaIpcMemLazyEnablePeerAccess);
+	if (e != cudaSuccess) {
+		snprintf(err, errlen, "cudaIpcOpenMemHandle: %s", cudaGetErrorString(e));
+		return -EIO;
+	}
+	return 0;
+}
+
+void client_gpu_close(void *ptr)
+{
+	cudaIpcCloseMemHandle(ptr);
+}
