@@ -1,5 +1,6 @@
 /* attach_bench: time from process start to every tensor of a preloaded
- * rank usable, through libartfs (ioctl + cudaIpcOpenMemHandle + manifest).
+ * rank usable, through libartfs (ioctl, the slabs from .artfs/attach, their
+ * mapping, the manifest).
  *
  *   attach_bench <mount> <wv> <checkpoint-dir> [rank] [tp_size] [runs]
  *

@@ -50,6 +50,9 @@ struct daemon {
 
 struct holder {
 	const struct holder_options *o;
+	int mountinfo_fd;          /* /proc/self/mountinfo: POLLPRI when mounts change */
+	uint64_t mnt_id;           /* the mount's id there */
+	bool unmounted;            /* it is gone from the mount table */
 	char exe[PATH_MAX];        /* the binary on disk, for every daemon */
 	int fuse_fd;               /* /dev/fuse, without close-on-exec */
 	int held_fd;
@@ -350,7 +353,7 @@ static bool on_exit_of(struct holder *h, pid_t pid, int status)
 	}
 	if (pid != h->cur.pid)
 		return true; /* an upgraded daemon's end */
-	if (h->stopping)
+	if (h->stopping || h->unmounted)
 		return false;
 	if (h->next.ready) { /* it died while it drained */
 		log_err("holder: daemon %ld ended while it drained (%s)", (long)pid, how);
@@ -419,16 +422,80 @@ static bool on_signal(struct holder *h)
 	}
 }
 
+/* The id of the last mount of fuse.artfs at path in /proc/self/mountinfo
+ * (whose text is read from fd), or 0 when there is none. Paths there escape
+ * a space, tab, newline and backslash as \ooo. */
+static uint64_t mount_id_at(int fd, const char *path)
+{
+	char *text = NULL, esc[PATH_MAX * 4];
+	size_t len = 0, cap = 0;
+	uint64_t found = 0;
+
+	size_t e = 0;
+	for (const char *p = path; *p && e + 5 < sizeof(esc); p++)
+		e += (size_t)(strchr(" \t\n\\", *p) && *p ? snprintf(esc + e, 5, "\\%03o", *p)
+							: snprintf(esc + e, 2, "%c", *p));
+	esc[e] = '\0';
+	if (lseek(fd, 0, SEEK_SET) < 0)
+		return 0;
+	for (;;) {
+		if (len + 4096 + 1 > cap) {
+			char *more = realloc(text, cap = cap ? cap * 2 : 65536);
+			if (!more)
+				break;
+			text = more;
+		}
+		ssize_t n = read(fd, text + len, cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	if (!text)
+		return 0;
+	text[len] = '\0';
+	for (char *line = text; line && *line;) {
+		char *next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		unsigned long long id;
+		char mp[sizeof(esc)], *sep = strstr(line, " - ");
+		_Static_assert(sizeof(mp) == 16384, "the width below");
+		if (sep && sscanf(line, "%llu %*u %*s %*s %16383s", &id, mp) == 2 && strcmp(mp, esc) == 0 &&
+		    strncmp(sep + 3, "fuse.artfs ", 11) == 0)
+			found = id;
+		line = next;
+	}
+	free(text);
+	return found;
+}
+
+/* The mount table changed: is the mount gone? Then the daemon is stopped
+ * (what a daemon holds on to, the attach socket's clone of the mount, would
+ * keep the file system alive unseen). */
+static void on_mounts_changed(struct holder *h)
+{
+	if (h->unmounted || !h->mnt_id || mount_id_at(h->mountinfo_fd, h->o->mountpoint) == h->mnt_id)
+		return;
+	h->unmounted = true;
+	log_info("holder: %s was unmounted; stopping", h->o->mountpoint);
+	keeper_store_drop(h->kept, "", true); /* the attach socket, kept slabs: the mount is over */
+	stop_daemon(&h->cur, SIGTERM);
+	stop_daemon(&h->next, SIGKILL);
+}
+
 static void serve(struct holder *h)
 {
 	for (;;) {
-		struct pollfd p[5] = {
+		struct pollfd p[6] = {
 			{ .fd = h->sig_fd, .events = POLLIN },
 			{ .fd = h->cur.ctl, .events = POLLIN }, { .fd = h->cur.fds, .events = POLLIN },
 			{ .fd = h->next.ctl, .events = POLLIN }, { .fd = h->next.fds, .events = POLLIN },
+			{ .fd = h->mnt_id ? h->mountinfo_fd : -1, .events = POLLPRI },
 		};
 		int timeout = h->next.pid > 0 && !h->next.ready ? UPGRADE_READY_MS : -1;
-		int n = poll(p, 5, timeout);
+		int n = poll(p, 6, timeout);
 		if (n < 0 && errno != EINTR)
 			return;
 		if (n == 0) {
@@ -447,6 +514,8 @@ static void serve(struct holder *h)
 			on_ctl(h, &h->next);
 		if (h->next.fds >= 0 && (p[4].revents & (POLLIN | POLLHUP | POLLERR)))
 			on_fds(h, &h->next);
+		if (p[5].revents & (POLLPRI | POLLERR))
+			on_mounts_changed(h);
 	}
 }
 
@@ -476,6 +545,12 @@ static int mount_and_record(struct holder *h, struct fuse_session *se)
 
 	if (fuse_session_mount(se, h->o->mountpoint) != 0)
 		return -EIO;
+	h->mountinfo_fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+	if (h->mountinfo_fd >= 0)
+		h->mnt_id = mount_id_at(h->mountinfo_fd, h->o->mountpoint);
+	if (!h->mnt_id)
+		log_warn("holder: %s is not in /proc/self/mountinfo: an unmount is seen only when the "
+			 "file system ends", h->o->mountpoint);
 	h->fuse_fd = fcntl(fuse_session_fd(se), F_DUPFD, 3); /* without close-on-exec */
 	if (h->fuse_fd < 0)
 		return -errno;
@@ -504,7 +579,8 @@ bool holder_started_us(void)
 
 int holder_run(struct fuse_args *args, const struct holder_options *o)
 {
-	struct holder h = { .o = o, .fuse_fd = -1, .held_fd = -1, .lock_fd = -1, .notify_fd = -1 };
+	struct holder h = { .o = o, .fuse_fd = -1, .held_fd = -1, .lock_fd = -1, .notify_fd = -1,
+			    .mountinfo_fd = -1 };
 	char err[512];
 	int rc = 1;
 
@@ -557,5 +633,7 @@ out:
 		close(h.held_fd);
 	if (h.lock_fd >= 0)
 		close(h.lock_fd);
+	if (h.mountinfo_fd >= 0)
+		close(h.mountinfo_fd);
 	return rc;
 }

@@ -3,8 +3,10 @@
 #include "autoconf.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "loop.h"
 #include "ops.h"
@@ -174,9 +176,23 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fuse_reply_err(req, -again(tree_rmdir(tree_of(req), node_of(req, parent), name), -ENOENT));
 }
 
+/* Whether req comes from a thread of this daemon itself (its bind of
+ * .artfs/attach; the kernel gives the caller's thread id). */
+static bool by_self(fuse_req_t req)
+{
+	char task[64];
+	pid_t pid = fuse_req_ctx(req)->pid;
+
+	if (pid <= 0)
+		return false;
+	snprintf(task, sizeof(task), "/proc/self/task/%ld", (long)pid);
+	return pid == getpid() || access(task, F_OK) == 0;
+}
+
 static void run_unlink(struct job *j)
 {
-	fuse_reply_err(j->req, -again(tree_unlink(tree_of(j->req), j->n, j->data), -ENOENT));
+	fuse_reply_err(j->req, -again(tree_unlink(tree_of(j->req), j->n, j->data, by_self(j->req)),
+				      -ENOENT));
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -193,7 +209,10 @@ static void op_refuse(fuse_req_t req)
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-	op_refuse(req);
+	struct tree_entry e;
+	int rc = tree_mknod(tree_of(req), node_of(req, parent), name, mode, by_self(req), &e);
+
+	reply_entry(req, rc, &e);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)

@@ -3,10 +3,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -16,12 +20,17 @@
 #include "client_gpu.h"
 
 #define MANIFEST_MAX (1u << 30)
+/* How long an attach tries again when the daemon that gave the token went
+ * before the slabs were fetched (a restart: the next one serves). */
+#define ATTACH_RETRY_MS 10000
+#define FETCH_TIMEOUT_MS 10000
 
 struct artfs_weights {
 	int fd;
 	int device;
 	uint32_t slab_count;
 	void *slabs[ARTFS_SLABS_MAX];
+	uint64_t slab_size[ARTFS_SLABS_MAX];
 	size_t count;
 	struct artfs_tensor *tensors;
 	char *strings;            /* names and dtypes */
@@ -142,7 +151,8 @@ static int load_manifest(struct artfs_weights *w, const char *mount, const char 
 		json_int_t off = json_integer_value(json_object_get(t, "offset"));
 		json_int_t size = json_integer_value(json_object_get(t, "size"));
 		if (!dtype || !json_is_array(shape) || json_array_size(shape) > 8 || slab < 0 ||
-		    (uint32_t)slab >= w->slab_count || off < 0 || size < 0) {
+		    (uint32_t)slab >= w->slab_count || off < 0 || size < 0 ||
+		    (uint64_t)off > w->slab_size[slab] || (uint64_t)size > w->slab_size[slab] - (uint64_t)off) {
 			snprintf(err, errlen, "manifest.json: tensor \"%.100s\" is malformed", name);
 			goto out;
 		}
@@ -163,12 +173,143 @@ out:
 	return rc;
 }
 
+/* The descriptors a token grants, from <mount>/.artfs/attach: 0 with
+ * fds[0..*count) (new), or -errno (why in err). */
+static int fetch_slabs(const char *mount, const uint8_t token[ARTFS_ATTACH_TOKEN_SIZE],
+		       int fds[ARTFS_SLABS_MAX], uint64_t sizes[ARTFS_SLABS_MAX], uint32_t *count,
+		       char *err, size_t errlen)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct artfs_slabs_request req = { .magic = ARTFS_SLABS_MAGIC, .abi = ARTFS_ABI_VERSION };
+	struct artfs_slabs_reply reply;
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * ARTFS_SLABS_MAX)];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { .iov_base = &reply, .iov_len = sizeof(reply) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			      .msg_controllen = sizeof(u.buf) };
+	int n = snprintf(a.sun_path, sizeof(a.sun_path), "%s/" ARTFS_INFO_DIR "/" ARTFS_ATTACH_SOCKET,
+			 mount);
+
+	*count = 0;
+	if (n < 0 || (size_t)n >= sizeof(a.sun_path)) {
+		snprintf(err, errlen, "%s/" ARTFS_INFO_DIR "/" ARTFS_ATTACH_SOCKET ": path too long for a socket",
+			 mount);
+		return -ENAMETOOLONG;
+	}
+	memcpy(req.token, token, ARTFS_ATTACH_TOKEN_SIZE);
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+	    send(s, &req, sizeof(req), MSG_NOSIGNAL) != (ssize_t)sizeof(req)) {
+		int e = errno;
+		snprintf(err, errlen, "%s: %s", a.sun_path, strerror(e));
+		if (s >= 0)
+			close(s);
+		return -e;
+	}
+	struct pollfd p = { .fd = s, .events = POLLIN };
+	int r;
+	while ((r = poll(&p, 1, FETCH_TIMEOUT_MS)) < 0 && errno == EINTR)
+		;
+	ssize_t got = r > 0 ? recvmsg(s, &msg, MSG_CMSG_CLOEXEC) : -1;
+	int e = r == 0 ? ETIMEDOUT : errno;
+	close(s);
+	uint32_t nfds = 0;
+	for (struct cmsghdr *c = got > 0 ? CMSG_FIRSTHDR(&msg) : NULL; c; c = CMSG_NXTHDR(&msg, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (nfds < ARTFS_SLABS_MAX)
+				fds[nfds++] = fd;
+			else
+				close(fd);
+		}
+	}
+	int rc = 0;
+	if (got < 0)
+		rc = -e, snprintf(err, errlen, "%s: %s", a.sun_path, strerror(e));
+	else if (got == 0)
+		rc = -ECONNRESET, snprintf(err, errlen, "%s: the daemon went before it replied", a.sun_path);
+	else if (got != (ssize_t)sizeof(reply) || reply.magic != ARTFS_SLABS_MAGIC ||
+		 (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+		rc = -EPROTO, snprintf(err, errlen, "%s: not a reply of this ABI", a.sun_path);
+	else if (reply.error < 0)
+		rc = reply.error, snprintf(err, errlen, "%s: %s", a.sun_path, strerror(-reply.error));
+	else if (reply.slab_count < 1 || reply.slab_count > ARTFS_SLABS_MAX || nfds != reply.slab_count)
+		rc = -EPROTO, snprintf(err, errlen, "%s: %u slabs with %u descriptors", a.sun_path,
+				      reply.slab_count, nfds);
+	if (rc < 0) {
+		for (uint32_t i = 0; i < nfds; i++)
+			close(fds[i]);
+		return rc;
+	}
+	memcpy(sizes, reply.slab_size, sizeof(uint64_t) * reply.slab_count);
+	*count = reply.slab_count;
+	return 0;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The attach ioctl, then the slabs its token grants; again while the daemon
+ * that answered went before the slabs were fetched (it restarted). */
+static int attach_and_fetch(struct artfs_weights *w, const char *mount, const char *path,
+			    const struct artfs_fingerprint *expect, int fds[ARTFS_SLABS_MAX],
+			    char *err, size_t errlen)
+{
+	struct artfs_attach a;
+	uint64_t sizes[ARTFS_SLABS_MAX];
+	uint32_t count;
+	int64_t until = now_ms() + ATTACH_RETRY_MS;
+
+	for (;;) {
+		memset(&a, 0, sizeof(a));
+		a.abi = ARTFS_ABI_VERSION;
+		a.expect = *expect;
+		if (ioctl(w->fd, ARTFS_IOC_ATTACH, &a) < 0) {
+			int rc = -errno;
+			snprintf(err, errlen, "%s: attach: %s", path, strerror(errno));
+			return rc;
+		}
+		if (a.slab_count < 1 || a.slab_count > ARTFS_SLABS_MAX) {
+			snprintf(err, errlen, "%s: attach returned %u slabs", path, a.slab_count);
+			return -EIO;
+		}
+		int rc = fetch_slabs(mount, a.token, fds, sizes, &count, err, errlen);
+		if (rc == 0 && count == a.slab_count &&
+		    memcmp(sizes, a.slab_size, sizeof(uint64_t) * count) == 0) {
+			w->slab_count = 0;
+			memcpy(w->slab_size, sizes, sizeof(uint64_t) * count);
+			return (int)count;
+		}
+		if (rc == 0) {
+			for (uint32_t i = 0; i < count; i++)
+				close(fds[i]);
+			snprintf(err, errlen, "%s: the slabs fetched are not those the attach named", path);
+			return -EPROTO;
+		}
+		bool again = rc == -ENOENT || rc == -ECONNRESET || rc == -ECONNREFUSED || rc == -EPIPE;
+		if (!again || now_ms() > until)
+			return rc;
+		usleep(2000);
+	}
+}
+
 int artfs_weights_attach(const char *mount, const char *wv, int rank,
 			 const struct artfs_fingerprint *expect, struct artfs_weights **out,
 			 char *err, size_t errlen)
 {
 	char path[4096];
-	struct artfs_attach a;
+	int fds[ARTFS_SLABS_MAX];
 	int rc;
 
 	struct artfs_weights *w = calloc(1, sizeof(*w));
@@ -182,29 +323,24 @@ int artfs_weights_attach(const char *mount, const char *wv, int rank,
 		free(w);
 		return rc;
 	}
-	memset(&a, 0, sizeof(a));
-	a.abi = ARTFS_ABI_VERSION;
-	a.expect = *expect;
-	if (ioctl(w->fd, ARTFS_IOC_ATTACH, &a) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: attach: %s", path, strerror(errno));
+	rc = attach_and_fetch(w, mount, path, expect, fds, err, errlen);
+	if (rc < 0)
 		goto fail;
-	}
-	if (a.slab_count < 1 || a.slab_count > ARTFS_SLABS_MAX) {
-		rc = -EIO;
-		snprintf(err, errlen, "%s: attach returned %u slabs", path, a.slab_count);
-		goto fail;
-	}
+	uint32_t count = (uint32_t)rc;
 	w->device = client_gpu_current();
-	for (uint32_t i = 0; i < a.slab_count; i++) {
+	rc = 0;
+	for (uint32_t i = 0; i < count; i++) {
 		char why[192];
-		rc = client_gpu_open(a.slabs[i].ipc_handle, &w->slabs[i], why, sizeof(why));
-		if (rc < 0) {
+		if (rc == 0)
+			rc = client_gpu_import(fds[i], w->slab_size[i], &w->slabs[i], why, sizeof(why));
+		close(fds[i]); /* the mapping keeps the memory */
+		if (rc < 0)
 			snprintf(err, errlen, "%s: %s", path, why);
-			goto fail;
-		}
-		w->slab_count = i + 1;
+		else
+			w->slab_count = i + 1;
 	}
+	if (rc < 0)
+		goto fail;
 	rc = load_manifest(w, mount, wv, rank, err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -243,7 +379,7 @@ void artfs_weights_detach(struct artfs_weights *w)
 	if (!w)
 		return;
 	for (uint32_t i = 0; i < w->slab_count; i++)
-		client_gpu_close(w->slabs[i]);
+		client_gpu_unmap(w->slabs[i], w->slab_size[i]);
 	if (w->fd >= 0)
 		close(w->fd);
 	free(w->tensors);

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include "client_gpu.h"
+#include "vmm.h"
 
 int client_gpu_describe(int device, uint32_t *cc_major, uint32_t *cc_minor, uint32_t *driver,
 			char *err, size_t errlen)
@@ -35,21 +36,12 @@ int client_gpu_current(void)
 	return device;
 }
 
-int client_gpu_open(const uint8_t handle[64], void **ptr, char *err, size_t errlen)
+int client_gpu_import(int fd, uint64_t size, void **ptr, char *err, size_t errlen)
 {
-	cudaIpcMemHandle_t h;
-
-	_Static_assert(sizeof(h) == 64, "a CUDA IPC handle is 64 bytes");
-	memcpy(&h, handle, sizeof(h));
-	cudaError_t e = cudaIpcOpenMemHandle(ptr, h, cudaIpcMemLazyEnablePeerAccess);
-	if (e != cudaSuccess) {
-		snprintf(err, errlen, "cudaIpcOpenMemHandle: %s", cudaGetErrorString(e));
-		return -EIO;
-	}
-	return 0;
+	return vmm_import(fd, size, ptr, err, errlen);
 }
 
-void client_gpu_close(void *ptr)
+void client_gpu_unmap(void *ptr, uint64_t size)
 {
-	cudaIpcCloseMemHandle(ptr);
+	vmm_unmap(ptr, size);
 }

@@ -14,9 +14,9 @@ int client_gpu_describe(int device, uint32_t *cc_major, uint32_t *cc_minor, uint
 			char *err, size_t errlen);
 /* The calling thread's current device. */
 int client_gpu_current(void);
-/* Maps the allocation a 64-byte CUDA IPC handle names on the current
- * device: 0, -EIO or -ENODEV (why in err). */
-int client_gpu_open(const uint8_t handle[64], void **ptr, char *err, size_t errlen);
-void client_gpu_close(void *ptr);
+/* Maps the slab of a descriptor (not taken) of size bytes on the current
+ * device: 0, -EBADF, -EIO or -ENODEV (why in err). */
+int client_gpu_import(int fd, uint64_t size, void **ptr, char *err, size_t errlen);
+void client_gpu_unmap(void *ptr, uint64_t size);
 
 #endif

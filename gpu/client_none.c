@@ -19,15 +19,15 @@ int client_gpu_current(void)
 	return 0;
 }
 
-int client_gpu_open(const uint8_t handle[64], void **ptr, char *err, size_t errlen)
+int client_gpu_import(int fd, uint64_t size, void **ptr, char *err, size_t errlen)
 {
-	(void)handle;
+	(void)fd, (void)size;
 	*ptr = NULL;
 	snprintf(err, errlen, "this libartfs was built without CUDA");
 	return -ENODEV;
 }
 
-void client_gpu_close(void *ptr)
+void client_gpu_unmap(void *ptr, uint64_t size)
 {
-	(void)ptr;
+	(void)ptr, (void)size;
 }

@@ -1,5 +1,5 @@
-/* The CUDA side of the weight cache (DESIGN.md §4): devices, slabs with
- * their IPC handles, and the loader that streams checkpoint bytes
+/* The CUDA side of the weight cache (DESIGN.md §4): devices, slabs (CUDA
+ * VMM allocations with a POSIX descriptor each, DESIGN.md §8), and the loader that streams checkpoint bytes
  * disk -> pinned host buffers -> GPU. Built only when CUDA is found;
  * callers see plain C types and negative errnos. */
 #ifndef ARTFS_GPU_H
@@ -44,9 +44,12 @@ struct gpu_rank {
 	uint64_t slab_size;          /* a multiple of ARTFS_SLAB_ALIGN */
 	const struct gpu_piece *pieces;  /* in file order; with replicated, rank 0's serve all */
 	size_t npieces;
-	/* filled by gpu_load */
+	/* filled by gpu_alloc (or a publish): the slab mapped in this process,
+	 * and its descriptor (cuMemExportToShareableHandle), which engines
+	 * import and the holder keeps. A slab taken over from a daemon before
+	 * has the descriptor alone (slab NULL). -1: none. */
 	void *slab;
-	uint8_t ipc[ARTFS_IPC_HANDLE_SIZE];
+	int fd;
 };
 
 struct gpu_load {
@@ -63,7 +66,7 @@ struct gpu_load {
 	unsigned readers;
 };
 
-/* Allocates every rank's slab and exports its IPC handle, at once, so that
+/* Allocates every rank's slab and exports its descriptor, at once, so that
  * a load that does not fit fails before it starts: -ENOMEM with the room
  * needed and free in err. Nothing stays allocated on failure. */
 int gpu_alloc(struct gpu_load *l, char *err, size_t errlen);
@@ -71,7 +74,8 @@ int gpu_alloc(struct gpu_load *l, char *err, size_t errlen);
  * did). Blocking; meant for a loader thread. On failure nothing stays
  * allocated. */
 int gpu_load(struct gpu_load *l, char *err, size_t errlen);
-/* Frees the slabs of a finished load. */
+/* Lets go of the slabs of a finished load (unmaps them, closes their
+ * descriptors; the memory goes once no process maps it or holds one). */
 void gpu_unload(struct gpu_load *l);
 
 /* ---- GPU-direct publish (DESIGN.md §4.3) ---- */
@@ -91,7 +95,7 @@ struct gpu_publish {
 	int target_device;           /* the daemon's GPU index, or -1: the source's */
 	const struct gpu_copy *copies;
 	size_t ncopies;
-	struct gpu_rank *dst;        /* slab_size set; device, slab and ipc filled */
+	struct gpu_rank *dst;        /* slab_size set; device, slab and fd filled */
 	/* filled by gpu_publish */
 	int source_device;
 	bool peer;                   /* copied from another GPU */

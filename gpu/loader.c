@@ -472,8 +472,9 @@ static void *broadcaster(void *arg)
 void gpu_unload(struct gpu_load *l)
 {
 	for (int r = 0; r < l->nranks; r++) {
-		slab_free(l->ranks[r].device, l->ranks[r].slab);
+		slab_free(l->ranks[r].slab, l->ranks[r].slab_size, l->ranks[r].fd);
 		l->ranks[r].slab = NULL;
+		l->ranks[r].fd = -1;
 	}
 }
 
@@ -493,9 +494,11 @@ int gpu_alloc(struct gpu_load *l, char *err, size_t errlen)
 
 	if (rc < 0)
 		return rc;
+	for (int r = 0; r < l->nranks; r++)
+		l->ranks[r].fd = -1;
 	for (int r = 0; r < l->nranks; r++) {
 		rc = slab_alloc(l->ranks[r].device, l->ranks[r].slab_size, &l->ranks[r].slab,
-				l->ranks[r].ipc, err, errlen);
+				&l->ranks[r].fd, err, errlen);
 		if (rc < 0) {
 			gpu_unload(l);
 			return rc;

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "gpu/gpu.h"
 
@@ -21,9 +22,15 @@ int gpu_load(struct gpu_load *l, char *err, size_t errlen)
 	return -ENODEV;
 }
 
+/* Only slabs taken over from a daemon with GPU support can be here: their
+ * descriptors. */
 void gpu_unload(struct gpu_load *l)
 {
-	(void)l;
+	for (int r = 0; r < l->nranks; r++)
+		if (l->ranks[r].fd >= 0) {
+			close(l->ranks[r].fd);
+			l->ranks[r].fd = -1;
+		}
 }
 
 int gpu_alloc(struct gpu_load *l, char *err, size_t errlen)

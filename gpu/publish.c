@@ -202,6 +202,7 @@ int gpu_publish(struct gpu_publish *p, char *err, size_t errlen)
 	p->peer = src != dst;
 	p->dst->device = dst;
 	p->dst->slab = NULL;
+	p->dst->fd = -1;
 	range_fn range = address_range();
 	if (!range) {
 		snprintf(err, errlen, "the driver has no cuMemGetAddressRange");
@@ -219,7 +220,7 @@ int gpu_publish(struct gpu_publish *p, char *err, size_t errlen)
 	double t_alloc = now_s();
 	p->open_seconds = t_alloc - t_open;
 	if (rc == 0)
-		rc = slab_alloc(dst, p->dst->slab_size, &p->dst->slab, p->dst->ipc, err, errlen);
+		rc = slab_alloc(dst, p->dst->slab_size, &p->dst->slab, &p->dst->fd, err, errlen);
 	p->alloc_seconds = now_s() - t_alloc;
 	double t0 = now_s();
 	if (rc == 0)
@@ -227,9 +228,10 @@ int gpu_publish(struct gpu_publish *p, char *err, size_t errlen)
 	p->copy_seconds = now_s() - t0;
 	close_all(dst, o, p->nhandles);
 	free(o);
-	if (rc < 0 && p->dst->slab) {
-		slab_free(dst, p->dst->slab);
+	if (rc < 0) {
+		slab_free(p->dst->slab, p->dst->slab_size, p->dst->fd);
 		p->dst->slab = NULL;
+		p->dst->fd = -1;
 	}
 	return rc;
 }

@@ -5,16 +5,19 @@
 #include "autoconf.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "attach.h"
 #include "config.h"
 #include "expiry.h"
 #include "fs/holder.h"
@@ -101,7 +104,85 @@ struct daemon {
 	struct takeover tk;
 	pthread_t control;
 	bool control_started;
+	const char *mountpoint;
+	/* .artfs/attach: the listening socket (the holder keeps it too) and
+	 * the thread that serves it; the thread that binds it first. */
+	int attach_fd;
+	struct attach_server *attach;
+	pthread_t attach_bind;
+	bool attach_binding;
 };
+
+#define ATTACH_TAG "attach.sock"
+
+static void attach_serve(struct daemon *d, int fd)
+{
+	d->attach_fd = fd;
+	d->attach = attach_server_start(fd, weights_slabs_of_token, d->t);
+	if (!d->attach)
+		log_err("attach socket: cannot start its thread; engines cannot attach weights");
+}
+
+/* The attach socket the holder keeps, if a daemon before bound it. */
+static void attach_take(struct daemon *d)
+{
+	int fd;
+
+	d->attach_fd = -1;
+	if (keeper_link_fetch(&d->t->keeper, ATTACH_TAG, &fd) < 0)
+		return;
+	atomic_store(&d->t->attach_bound, true);
+	attach_serve(d, fd);
+}
+
+/* The mount's first daemon binds .artfs/attach in the mount (its mknod is
+ * a request this daemon answers: a thread of its own, once serving) and
+ * hands it to the holder, which keeps it for every next daemon. It binds
+ * through a detached clone of the mount (open_tree): a bound socket holds
+ * the mount it was bound through, and the mount users see must stay free
+ * to unmount (the holder then lets the socket go, and the clone with it). */
+static void *attach_bind_main(void *arg)
+{
+	struct daemon *d = arg;
+	char path[PATH_MAX], err[PATH_MAX + 64];
+	int tree = open_tree(AT_FDCWD, d->mountpoint, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+
+	if (tree >= 0)
+		snprintf(path, sizeof(path), "/proc/self/fd/%d/" ARTFS_INFO_DIR "/" ARTFS_ATTACH_SOCKET, tree);
+	else {
+		log_warn("attach socket: no clone of the mount to bind it through (%s): it holds the "
+			 "mount, which only a lazy unmount (umount -l) or stopping artfs ends",
+			 strerror(errno));
+		snprintf(path, sizeof(path), "%s/" ARTFS_INFO_DIR "/" ARTFS_ATTACH_SOCKET, d->mountpoint);
+	}
+	int fd = attach_socket_make(path, err, sizeof(err));
+	if (tree >= 0)
+		close(tree);
+	snprintf(path, sizeof(path), "%s/" ARTFS_INFO_DIR "/" ARTFS_ATTACH_SOCKET, d->mountpoint);
+	if (fd < 0) {
+		log_err("attach socket: %s; engines cannot attach weights", err);
+		return NULL;
+	}
+	int rc = keeper_link_keep(&d->t->keeper, ATTACH_TAG, fd);
+	if (rc < 0)
+		log_warn("attach socket: the holder does not keep it (%s): the next daemon binds another",
+			 strerror(-rc));
+	attach_serve(d, fd);
+	log_info("attach socket: %s", path);
+	return NULL;
+}
+
+static void attach_stop(struct daemon *d)
+{
+	if (d->attach_binding)
+		pthread_join(d->attach_bind, NULL);
+	d->attach_binding = false;
+	attach_server_stop(d->attach);
+	d->attach = NULL;
+	if (d->attach_fd >= 0)
+		close(d->attach_fd); /* the holder's stays */
+	d->attach_fd = -1;
+}
 
 /* The holder's DRAIN: no request is read any more; the loop returns once
  * those read are answered. */
@@ -155,6 +236,7 @@ static int take_over(struct daemon *d, struct fuse_session *se)
 	t->upgrade_ctx = d;
 	if (d->tk.start != TAKEOVER_UPGRADE) {
 		tree_take_over(t);
+		attach_take(d);
 		takeover_recover(&d->tk, &t->held, d->tk.start == TAKEOVER_CRASH);
 		start_work(t);
 	}
@@ -164,6 +246,7 @@ static int take_over(struct daemon *d, struct fuse_session *se)
 	if (d->tk.start == TAKEOVER_UPGRADE) { /* the daemon before is done with the store */
 		if (tree_take_over(t) < 0)
 			exit(1); /* the holder starts another, as after a crash */
+		attach_take(d);
 		takeover_recover(&d->tk, &t->held, go == 1);
 		start_work(t);
 	}
@@ -196,7 +279,11 @@ static int serve(struct daemon *d, struct fuse_args *args, struct fuse_cmdline_o
 		 (unsigned long long)t->cfg->capacity);
 	unsigned threads = opts->singlethread ? 1
 			 : opts->max_threads != UINT_MAX ? opts->max_threads : 64;
+	d->mountpoint = opts->mountpoint;
+	if (!atomic_load(&t->attach_bound))
+		d->attach_binding = pthread_create(&d->attach_bind, NULL, attach_bind_main, d) == 0;
 	rc = fs_loop(se, threads, &t->held);
+	attach_stop(d);
 	/* The loop reports the signal that ended it; those are a clean exit. */
 	if (rc == SIGTERM || rc == SIGINT || rc == SIGHUP || fs_loop_drained())
 		rc = 0;
@@ -224,7 +311,9 @@ static int run_daemon(struct artfs_config *cfg, struct fuse_args *args,
 	if (!takeover_from_env(&d.tk))
 		return 1;
 	log_init(!opts->foreground, opts->debug);
+	d.attach_fd = -1;
 	struct tree_start start = { .held_fd = d.tk.held_fd, .lock_fd = d.tk.lock_fd,
+				    .keeper_fd = d.tk.fds,
 				    .takeover = d.tk.start != TAKEOVER_FIRST,
 				    .defer_scan = d.tk.start == TAKEOVER_UPGRADE };
 	if (tree_open_start(&t, cfg, &start, err, sizeof(err)) < 0) {

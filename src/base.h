@@ -18,7 +18,9 @@
 #include <sys/types.h>
 
 #include "config.h"
+#include "grant.h"
 #include "held.h"
+#include "keeper.h"
 #include "index.h"
 #include "metrics.h"
 #include "store.h"
@@ -54,6 +56,14 @@ struct tree {
 	struct node keys_dir;     /* .keys */
 	struct node keys_put;     /* .keys/.put */
 	struct node keys_get;     /* .keys/.get */
+	/* .artfs/attach: a socket the daemon binds in its own mount, once per
+	 * mount (the holder keeps it); it exists from its bind on. */
+	struct node attach_node;
+	_Atomic bool attach_bound;
+	/* Attach tokens (src/grant.c), and the link on which the holder keeps
+	 * descriptors for the next daemon (fd -1 without a holder). */
+	struct grants grants;
+	struct keeper_link keeper;
 	int64_t started;          /* CLOCK_REALTIME seconds */
 	struct expiry *expiry;    /* the janitor (src/expiry.c), NULL when not running */
 	struct remote *remote;    /* the Redis Cluster tier (remote=), or NULL */

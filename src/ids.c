@@ -23,6 +23,7 @@ void ids_init(struct tree *t)
 	atomic_store(&t->keys_dir.id, ID_KEYS_DIR);
 	atomic_store(&t->keys_put.id, ID_KEYS_PUT);
 	atomic_store(&t->keys_get.id, ID_KEYS_GET);
+	atomic_store(&t->attach_node.id, ID_ATTACH);
 	t->stale.type = NODE_STALE;
 	t->handle_unbind = ids_handle_unbind;
 	pthread_mutex_init(&t->ids_mu, NULL);
@@ -168,6 +169,7 @@ struct node *ids_node(struct tree *t, uint64_t id)
 	case ID_KEYS_DIR: return &t->keys_dir;
 	case ID_KEYS_PUT: return &t->keys_put;
 	case ID_KEYS_GET: return &t->keys_get;
+	case ID_ATTACH: return &t->attach_node;
 	default: break;
 	}
 	if (id >= ID_INFO_FILE0 && id < ID_INFO_FILE0 + INFO_COUNT)

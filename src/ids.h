@@ -24,6 +24,7 @@ enum {
 	ID_KEYS_DIR = 6,
 	ID_KEYS_PUT = 7,
 	ID_KEYS_GET = 8,
+	ID_ATTACH = 9,         /* .artfs/attach */
 };
 
 /* Gives the fixed nodes their ids; maps nothing else yet. */

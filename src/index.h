@@ -34,6 +34,7 @@ enum node_type {
 	NODE_WEIGHTS_FILE, /* <wv>/weights/manifest.json, status */
 	NODE_WEIGHTS_RANK, /* <wv>/weights/rank<k> */
 	NODE_STALE,        /* an id a daemon before this one gave, whose node is gone */
+	NODE_SOCKET,       /* .artfs/attach, the socket of slab descriptors */
 };
 
 struct weights;

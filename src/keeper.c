@@ -202,6 +202,22 @@ int keeper_store_drop(struct keeper_store *s, const char *tag, bool prefix)
 	return dropped;
 }
 
+int keeper_store_nth(const struct keeper_store *s, const char *prefix, uint32_t index,
+		     char tag_out[KEEPER_TAG_MAX])
+{
+	size_t len = strlen(prefix);
+
+	for (size_t i = 0; i < s->n; i++) {
+		if (strncmp(s->v[i].tag, prefix, len) != 0)
+			continue;
+		if (index-- == 0) {
+			memcpy(tag_out, s->v[i].tag, KEEPER_TAG_MAX);
+			return s->v[i].fd;
+		}
+	}
+	return -ENOENT;
+}
+
 size_t keeper_store_count(const struct keeper_store *s)
 {
 	return s->n;
@@ -231,6 +247,13 @@ bool keeper_store_serve(struct keeper_store *s, int sock, const struct keeper_ms
 		keeper_send(sock, &a, got);
 		return true;
 	}
+	case KEEPER_NEXT: {
+		char tag[KEEPER_TAG_MAX];
+		int got = m->value < 0 ? -ENOENT : keeper_store_nth(s, m->tag, (uint32_t)m->value, tag);
+		a = keeper_msg_make(KEEPER_FD, got < 0 ? m->tag : tag, got < 0 ? got : 0);
+		keeper_send(sock, &a, got);
+		return true;
+	}
 	default:
 		return false;
 	}
@@ -238,8 +261,10 @@ bool keeper_store_serve(struct keeper_store *s, int sock, const struct keeper_ms
 
 /* ---- the daemon's side -------------------------------------------------------------- */
 
-/* Sends m and waits for the holder's answer of type want. */
-static int call(int link, const struct keeper_msg *m, int fd, enum keeper_type want, int *got)
+/* Sends m and waits for the holder's answer of type want (its tag in
+ * tag_out when given: NEXT's answer names another tag than m's). */
+static int call_tagged(int link, const struct keeper_msg *m, int fd, enum keeper_type want,
+		       int *got, char *tag_out)
 {
 	struct keeper_msg a;
 	int rc = keeper_send(link, m, fd);
@@ -249,7 +274,11 @@ static int call(int link, const struct keeper_msg *m, int fd, enum keeper_type w
 	rc = keeper_recv(link, &a, got, 10000);
 	if (rc < 0)
 		return rc;
-	if (a.type != want || strcmp(a.tag, m->tag) != 0) {
+	bool tag_ok = tag_out ? strncmp(a.tag, m->tag, strlen(m->tag)) == 0
+			      : strcmp(a.tag, m->tag) == 0;
+	if (tag_out)
+		memcpy(tag_out, a.tag, KEEPER_TAG_MAX);
+	if (a.type != want || !tag_ok) {
 		if (got && *got >= 0) {
 			close(*got);
 			*got = -1;
@@ -257,6 +286,11 @@ static int call(int link, const struct keeper_msg *m, int fd, enum keeper_type w
 		return -EPROTO;
 	}
 	return a.value;
+}
+
+static int call(int link, const struct keeper_msg *m, int fd, enum keeper_type want, int *got)
+{
+	return call_tagged(link, m, fd, want, got, NULL);
 }
 
 int keeper_keep(int link, const char *tag, int fd)
@@ -285,4 +319,79 @@ int keeper_drop(int link, const char *tag, bool prefix)
 	struct keeper_msg m = keeper_msg_make(KEEPER_DROP, tag, prefix ? 1 : 0);
 
 	return call(link, &m, -1, KEEPER_ACK, NULL);
+}
+
+int keeper_next(int link, const char *prefix, uint32_t index, char tag_out[KEEPER_TAG_MAX],
+		int *fd)
+{
+	struct keeper_msg m = keeper_msg_make(KEEPER_NEXT, prefix, (int32_t)index);
+	int rc;
+
+	*fd = -1;
+	if (index > INT32_MAX)
+		return -ENOENT;
+	rc = call_tagged(link, &m, -1, KEEPER_FD, fd, tag_out);
+	if (rc == 0 && *fd < 0)
+		rc = -EPROTO;
+	if (rc < 0 && *fd >= 0) {
+		close(*fd);
+		*fd = -1;
+	}
+	return rc;
+}
+
+/* ---- the daemon's link, for its threads ------------------------------------------------- */
+
+void keeper_link_init(struct keeper_link *k, int fd)
+{
+	k->fd = fd;
+	pthread_mutex_init(&k->mu, NULL);
+}
+
+void keeper_link_destroy(struct keeper_link *k)
+{
+	pthread_mutex_destroy(&k->mu);
+}
+
+int keeper_link_keep(struct keeper_link *k, const char *tag, int fd)
+{
+	if (k->fd < 0)
+		return -ENOTCONN;
+	pthread_mutex_lock(&k->mu);
+	int rc = keeper_keep(k->fd, tag, fd);
+	pthread_mutex_unlock(&k->mu);
+	return rc;
+}
+
+int keeper_link_fetch(struct keeper_link *k, const char *tag, int *fd)
+{
+	*fd = -1;
+	if (k->fd < 0)
+		return -ENOTCONN;
+	pthread_mutex_lock(&k->mu);
+	int rc = keeper_fetch(k->fd, tag, fd);
+	pthread_mutex_unlock(&k->mu);
+	return rc;
+}
+
+int keeper_link_drop(struct keeper_link *k, const char *tag, bool prefix)
+{
+	if (k->fd < 0)
+		return -ENOTCONN;
+	pthread_mutex_lock(&k->mu);
+	int rc = keeper_drop(k->fd, tag, prefix);
+	pthread_mutex_unlock(&k->mu);
+	return rc;
+}
+
+int keeper_link_next(struct keeper_link *k, const char *prefix, uint32_t index,
+		     char tag_out[KEEPER_TAG_MAX], int *fd)
+{
+	*fd = -1;
+	if (k->fd < 0)
+		return -ENOTCONN;
+	pthread_mutex_lock(&k->mu);
+	int rc = keeper_next(k->fd, prefix, index, tag_out, fd);
+	pthread_mutex_unlock(&k->mu);
+	return rc;
 }

@@ -11,6 +11,7 @@
 #ifndef ARTFS_KEEPER_H
 #define ARTFS_KEEPER_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +31,8 @@ enum keeper_type {
 	KEEPER_DRAIN,       /* stop reading requests, finish, hand over, exit */
 	KEEPER_GO,          /* (a daemon started for an upgrade) the old one is gone: serve */
 	KEEPER_ACK,         /* the answer to KEEP, DROP, UPGRADE: value 0 or -errno */
+	/* daemon -> holder (answered by KEEPER_FD with the tag found) */
+	KEEPER_NEXT,        /* the value-th kept tag that begins with tag */
 };
 
 struct keeper_msg {
@@ -66,6 +69,11 @@ int keeper_store_get(const struct keeper_store *s, const char *tag);
 /* Closes what tag holds, or (prefix) every tag that begins with it; the
  * number closed. */
 int keeper_store_drop(struct keeper_store *s, const char *tag, bool prefix);
+/* The index-th kept tag that begins with prefix (in the store's order,
+ * which only KEEP of a new tag and DROP change): its descriptor (the store
+ * keeps it) with its tag copied to tag_out, or -ENOENT past the last. */
+int keeper_store_nth(const struct keeper_store *s, const char *prefix, uint32_t index,
+		     char tag_out[KEEPER_TAG_MAX]);
 size_t keeper_store_count(const struct keeper_store *s);
 
 /* The holder's answer to one message of a daemon (KEEP, DROP, FETCH), sent
@@ -81,5 +89,26 @@ bool keeper_store_serve(struct keeper_store *s, int sock, const struct keeper_ms
 int keeper_keep(int link, const char *tag, int fd);
 int keeper_fetch(int link, const char *tag, int *fd);
 int keeper_drop(int link, const char *tag, bool prefix);
+/* The index-th kept tag that begins with prefix: its tag in tag_out and a
+ * new descriptor in *fd; -ENOENT past the last. Enumerates what the holder
+ * keeps (index 0, 1, ... until -ENOENT) while nothing else keeps or drops. */
+int keeper_next(int link, const char *prefix, uint32_t index, char tag_out[KEEPER_TAG_MAX],
+		int *fd);
+
+/* The daemon's link for descriptors, shared by its threads (one call at a
+ * time). fd -1: no holder (unit tests, fuzz targets): every call answers
+ * -ENOTCONN. */
+struct keeper_link {
+	int fd;
+	pthread_mutex_t mu;
+};
+
+void keeper_link_init(struct keeper_link *k, int fd);
+void keeper_link_destroy(struct keeper_link *k);
+int keeper_link_keep(struct keeper_link *k, const char *tag, int fd);
+int keeper_link_fetch(struct keeper_link *k, const char *tag, int *fd);
+int keeper_link_drop(struct keeper_link *k, const char *tag, bool prefix);
+int keeper_link_next(struct keeper_link *k, const char *prefix, uint32_t index,
+		     char tag_out[KEEPER_TAG_MAX], int *fd);
 
 #endif

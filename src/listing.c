@@ -131,6 +131,8 @@ int listing_open(struct tree *t, struct node *dir, struct handle **h)
 	case NODE_INFO_DIR:
 		for (int i = 0; i < INFO_COUNT; i++)
 			add(l, info_file_name((enum info_file)i), node_id(t, &t->info_files[i]), DT_REG);
+		if (atomic_load(&t->attach_bound))
+			add(l, ARTFS_ATTACH_SOCKET, node_id(t, &t->attach_node), DT_SOCK);
 		break;
 	case NODE_VERSION: {
 		struct version *v = (struct version *)dir;

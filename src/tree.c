@@ -38,7 +38,7 @@
 
 int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen)
 {
-	struct tree_start alone = { .held_fd = -1, .lock_fd = -1 };
+	struct tree_start alone = { .held_fd = -1, .lock_fd = -1, .keeper_fd = -1 };
 
 	return tree_open_start(t, cfg, &alone, err, errlen);
 }
@@ -81,7 +81,11 @@ int tree_open_start(struct tree *t, struct artfs_config *cfg, const struct tree_
 	t->keys_dir.type = NODE_KEYS_DIR;
 	t->keys_put.type = NODE_PUT;
 	t->keys_get.type = NODE_GET;
+	t->attach_node.type = NODE_SOCKET;
+	grants_init(&t->grants);
+	keeper_link_init(&t->keeper, start->keeper_fd);
 	ids_init(t);
+	ids_set_weights_describe(weights_describe_node);
 	int rc = open_held(t, start, err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -133,6 +137,8 @@ void tree_close(struct tree *t)
 		pthread_join(t->node_scan, NULL);
 	ids_close(t);
 	held_unmap(&t->held);
+	grants_destroy(&t->grants);
+	keeper_link_destroy(&t->keeper);
 }
 
 static void *scan_nodes(void *arg)
@@ -154,6 +160,7 @@ int tree_take_over(struct tree *t)
 		}
 	}
 	held_take_over(&t->held);
+	weights_take_over(t);
 	t->node_scan_started = pthread_create(&t->node_scan, NULL, scan_nodes, t) == 0;
 	if (!t->node_scan_started) /* without it, new ids come from above the mark only */
 		log_warn("takeover: cannot scan the node ids in the background");
@@ -248,6 +255,12 @@ int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeou
 	case NODE_INFO_FILE:
 		stat_common(t, n, st, S_IFREG | (n->sub == INFO_CONTROL ? 0200 : 0444));
 		*timeout = 0;
+		return 0;
+	case NODE_SOCKET:
+		/* Any user may connect: what it gives needs a token. */
+		stat_common(t, n, st, S_IFSOCK | 0666);
+		st->st_mode = S_IFSOCK | 0666; /* whatever umask= says */
+		*timeout = DIR_ATTR_TIMEOUT;
 		return 0;
 	case NODE_WEIGHTS_DIR:
 	case NODE_WEIGHTS_FILE:
@@ -418,7 +431,25 @@ static int lookup_in_info_dir(struct tree *t, const char *name, struct tree_entr
 			node_ref(&t->info_files[i]);
 			return positive(t, &t->info_files[i], e);
 		}
+	if (strcmp(name, ARTFS_ATTACH_SOCKET) == 0) {
+		if (!atomic_load(&t->attach_bound))
+			return negative(e, 0); /* the daemon binds it once it serves */
+		node_ref(&t->attach_node);
+		return positive(t, &t->attach_node, e);
+	}
 	return negative(e, CACHE_FOREVER);
+}
+
+int tree_mknod(struct tree *t, struct node *parent, const char *name, mode_t mode, bool by_self,
+	       struct tree_entry *e)
+{
+	memset(e, 0, sizeof(*e));
+	if (parent->type != NODE_INFO_DIR || strcmp(name, ARTFS_ATTACH_SOCKET) != 0 ||
+	    !S_ISSOCK(mode) || !by_self)
+		return -EPERM;
+	atomic_store(&t->attach_bound, true);
+	node_ref(&t->attach_node);
+	return positive(t, &t->attach_node, e);
 }
 
 /* <wv>/weights appears and goes through the control file, not through the
@@ -557,7 +588,19 @@ struct node *tree_node(struct tree *t, uint64_t id)
 {
 	struct node *n = ids_node(t, id);
 
-	return n ? n : revive_node(t, id);
+	if (n)
+		return n;
+	const struct held_node *r = ids_node_record(t, id);
+	uint8_t type = r ? atomic_load(&r->type) : 0;
+	if (type != NODE_WEIGHTS_DIR && type != NODE_WEIGHTS_FILE && type != NODE_WEIGHTS_RANK)
+		return revive_node(t, id);
+	/* weights a daemon before served, which the holder keeps */
+	struct node *w = weights_revive_node(t, r);
+	if (!w)
+		return ids_node_install(t, id, &t->stale);
+	struct node *mapped = ids_node_install(t, id, w);
+	node_unref(w, 1);
+	return mapped;
 }
 
 int tree_mkdir(struct tree *t, struct node *parent, const char *name, struct tree_entry *e)
@@ -672,10 +715,17 @@ static int remove_object(struct tree *t, struct version *v, const uint8_t *hash,
 	return rc;
 }
 
-int tree_unlink(struct tree *t, struct node *parent, const char *name)
+int tree_unlink(struct tree *t, struct node *parent, const char *name, bool by_self)
 {
 	uint8_t hash[ARTFS_HASH_BYTES_MAX];
 	size_t len;
+
+	if (parent->type == NODE_INFO_DIR) {
+		if (strcmp(name, ARTFS_ATTACH_SOCKET) != 0 || !by_self)
+			return -EPERM;
+		atomic_store(&t->attach_bound, false); /* to be bound again */
+		return 0;
+	}
 
 	if (parent->type == NODE_KEYS_DIR) {
 		if (strlen(name) != 64 || key_sha256_decode(name, hash) < 0)
@@ -952,9 +1002,12 @@ static int reopen(struct tree *t, const struct held_handle *rec, struct handle *
 		if (state != REVIVE_FRESH)
 			break; /* its batch died with the daemon */
 		return open_node(t, n, rec->flags, h, &r);
-	case HANDLE_RANK:
+	case HANDLE_RANK: /* an attachment of weights the holder keeps */
+		if (n->type != NODE_WEIGHTS_RANK)
+			break;
+		return open_node(t, n, rec->flags, h, &r);
 	case HANDLE_WEIGHTS_PUBLISH:
-		break; /* GPU state that died with the daemon */
+		break; /* a publish that died with the daemon */
 	default:
 		return open_node(t, n, rec->flags, h, &r);
 	}

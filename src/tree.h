@@ -34,6 +34,7 @@ int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen
 /* How a daemon that a holder started opens its tree (DESIGN.md §8). */
 struct tree_start {
 	int held_fd;        /* the holder's memory (taken), or -1 */
+	int keeper_fd;      /* the link for descriptors the holder keeps, or -1 */
 	int lock_fd;        /* the store's lock the holder holds (taken), or -1 */
 	bool takeover;      /* a daemon served before: the ids it gave out stay */
 	bool defer_scan;    /* the daemon before still serves: the store is indexed
@@ -70,7 +71,11 @@ int tree_setattr(struct tree *t, struct node *n, unsigned to_set, const struct s
 		 struct stat *out, double *timeout);
 int tree_mkdir(struct tree *t, struct node *parent, const char *name, struct tree_entry *e);
 int tree_rmdir(struct tree *t, struct node *parent, const char *name);
-int tree_unlink(struct tree *t, struct node *parent, const char *name);
+/* by_self: the daemon itself asks (the attach socket's unlink). */
+int tree_unlink(struct tree *t, struct node *parent, const char *name, bool by_self);
+/* mknod: only of .artfs/attach, a socket, by the daemon itself (its bind). */
+int tree_mknod(struct tree *t, struct node *parent, const char *name, mode_t mode, bool by_self,
+	       struct tree_entry *e);
 int tree_statfs(struct tree *t, struct statvfs *sv);
 
 int tree_create(struct tree *t, struct node *parent, const char *name, int flags,

@@ -12,16 +12,24 @@
 
 #include <jansson.h>
 
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "attach.h"
 #include "checkpoint.h"
 #include "expiry.h"
 #include "gpu/gpu.h"
+#include "grant.h"
 #include "ids.h"
+#include "keeper.h"
 #include "text.h"
 #include "key.h"
 #include "log.h"
 #include "sha256.h"
 #include "wblob.h"
 #include "weights.h"
+#include "wrecord.h"
 
 #define RANKS_MAX 64
 
@@ -74,6 +82,13 @@ struct weights {
 	double alloc_seconds;        /* ... allocating its slab; a load: every rank's slab */
 	char *manifest;
 	size_t manifest_len;
+	/* Kept by the holder (DESIGN.md §8): its slabs' descriptors and its
+	 * record, under tags that begin with kept_tag; a daemon's successor
+	 * serves them. status_kept: the status of weights taken over from a
+	 * daemon before, as it was when they became ready. */
+	bool kept;
+	char kept_tag[48];
+	char *status_kept;
 	int nranks;
 	struct weights_rank ranks[];
 };
@@ -89,6 +104,10 @@ static const char *const file_names[WEIGHTS_FILE_COUNT] = {
 	[WEIGHTS_STATUS] = "status",
 	[WEIGHTS_PUBLISH] = ARTFS_PUBLISH_NAME,
 };
+
+static void weights_keep(struct weights *w);
+static void weights_unkeep_locked(struct weights *w);
+static char *status_text(struct weights *w);
 
 static int64_t now_ns(void)
 {
@@ -110,15 +129,20 @@ struct node *weights_dir_node(struct weights *w)
 
 /* ---- GPU memory lifetime ---------------------------------------------------- */
 
-/* Frees the slabs once nothing can use them: unloaded (or shutting down),
- * no attached file, the load thread finished. Called with w->mu held. */
+/* Lets go of the slabs once this daemon is done with them: unloaded (or
+ * shutting down) and the load thread finished. An engine's mapping keeps
+ * the memory of the slabs it attached until it unmaps them (or ends), and
+ * the holder's descriptors keep that of kept weights for the next daemon.
+ * Called with w->mu held. */
 static void release_gpu_locked(struct weights *w)
 {
-	if (w->gpu_freed || !w->unloaded || w->attached || !w->thread_done)
+	if (w->gpu_freed || !w->unloaded || !w->thread_done)
 		return;
 	gpu_unload(&w->load);
 	w->gpu_freed = true;
-	log_info("weights %s: GPU memory freed", w->ver->name);
+	log_info("weights %s: this daemon let go of their GPU memory%s", w->ver->name,
+		 w->kept ? " (the holder keeps it)" : w->attached ? " (attached engines still map it)"
+								   : "");
 }
 
 static void weights_free(struct weights *w)
@@ -146,6 +170,7 @@ static void weights_free(struct weights *w)
 	free(w->paths);
 	free(w->sizes);
 	free(w->manifest);
+	free(w->status_kept);
 	checkpoint_close(&w->ckpt);
 	pthread_mutex_destroy(&w->mu);
 	node_unref(&w->ver->node, 1);
@@ -378,6 +403,8 @@ static void *load_main(void *arg)
 	w->thread_done = true;
 	release_gpu_locked(w);
 	pthread_mutex_unlock(&w->mu);
+	if (rc == 0)
+		weights_keep(w);
 
 	/* The thread's reference goes before it counts itself out: shutdown
 	 * frees what is left once no load runs. */
@@ -485,6 +512,8 @@ static int load_plan(struct weights *w, const struct gpu_device *devs, int ndevs
 	w->paths = calloc(ckpt->nfiles ? ckpt->nfiles : 1, sizeof(*w->paths));
 	w->sizes = calloc(ckpt->nfiles ? ckpt->nfiles : 1, sizeof(*w->sizes));
 	int rc = w->granks && w->paths && w->sizes ? 0 : -ENOMEM;
+	for (int r = 0; r < w->nranks && w->granks; r++)
+		w->granks[r].fd = -1;
 	for (int r = 0; r < w->nranks && rc == 0; r++) {
 		struct weights_rank *wr = &w->ranks[r];
 		const struct gpu_device *d = device_find(devs, ndevs, gpu_list[r]);
@@ -679,11 +708,12 @@ int weights_unload(struct tree *t, const char *wv)
 	w->unloaded = true;
 	atomic_store(&w->load.cancel, 1);
 	uint32_t attached = w->attached;
+	weights_unkeep_locked(w);
 	release_gpu_locked(w);
 	pthread_mutex_unlock(&w->mu);
 	expiry_forget(t, parent, "weights");
 	log_info("weights %s: unloaded%s", wv,
-		 attached ? "; GPU memory is freed when the last attached file closes" : "");
+		 attached ? "; their GPU memory is freed once the attached engines unmap it" : "");
 	node_unref(&w->node, 1); /* the version's */
 	return 0;
 }
@@ -816,6 +846,11 @@ static char *status_text(struct weights *w)
 	uint64_t done = atomic_load(&w->load.bytes_read);
 	int64_t end = w->state == LOADING ? now_ns() : w->finished_ns;
 	double secs = (double)(end - w->started_ns) / 1e9;
+	if (w->status_kept) { /* taken over: as it was, and what changed since */
+		fprintf(f, "%staken_over = yes (loaded by a daemon before this one)\nattached = %u\n",
+			w->status_kept, w->attached);
+		goto done;
+	}
 	fprintf(f, "state = %s\n", states[w->state]);
 	if (w->gpu_direct || w->state == EMPTY) {
 		fprintf(f, "source = %s\n", w->source[0] ? w->source : "gpu-direct (waiting for a publish)");
@@ -919,6 +954,7 @@ static void rank_release(struct tree *t, struct handle *h)
 	struct rank_handle *rh = (struct rank_handle *)h;
 	struct weights *w = rh->w;
 
+	grants_drop_owner(&t->grants, rh);
 	pthread_mutex_lock(&w->mu);
 	w->attached--;
 	w->ranks[rh->rank].attached--;
@@ -947,6 +983,367 @@ void weights_list(struct tree *t, struct node *dir,
 		snprintf(name, sizeof(name), "rank%d", r);
 		add(ctx, name, node_id(t, &w->ranks[r].node), DT_REG);
 	}
+}
+
+/* ---- kept by the holder (DESIGN.md §8) ---------------------------------------------- */
+
+#define KEPT_ROOT "w/"
+
+/* The tags of wv's weights begin with "w/<sha256(wv), 32 hex digits>/":
+ * a version's name may be longer than a tag. */
+static void kept_prefix(const char *wv, char out[48])
+{
+	uint8_t sum[32];
+	char hex[65];
+
+	sha256_once(wv, strlen(wv), sum);
+	key_hex(sum, 16, hex);
+	snprintf(out, 48, KEPT_ROOT "%.32s/", hex);
+}
+
+/* text without its "attached = " line (it changes; status says it anew). */
+static void drop_attached_line(char *text)
+{
+	char *line = strstr(text, "attached = ");
+	if (line && (line == text || line[-1] == '\n')) {
+		char *end = strchr(line, '\n');
+		memmove(line, end ? end + 1 : line + strlen(line), strlen(end ? end + 1 : "") + 1);
+	}
+}
+
+/* The record of ready weights w (with w->mu held); NULL without memory. */
+static char *record_of(struct weights *w, char *status, size_t *len)
+{
+	struct wrecord *rec = calloc(1, sizeof(*rec));
+	char *out = NULL;
+
+	if (!rec)
+		return NULL;
+	snprintf(rec->version, sizeof(rec->version), "%s", w->ver->name);
+	snprintf(rec->quant_method, sizeof(rec->quant_method), "%s", w->ckpt.quant_method);
+	rec->quant_block_fp8 = w->ckpt.quant_block_fp8;
+	rec->status = status;
+	rec->manifest = w->manifest;
+	rec->manifest_len = w->manifest_len;
+	rec->nranks = w->nranks;
+	for (int r = 0; r < w->nranks; r++) {
+		rec->ranks[r].device = w->ranks[r].device;
+		memcpy(rec->ranks[r].uuid, w->ranks[r].dev.uuid, 16);
+		rec->ranks[r].slab_size = w->granks[r].slab_size;
+		rec->ranks[r].bytes = w->ranks[r].total_bytes;
+		rec->ranks[r].fp = w->ranks[r].fp;
+	}
+	out = wrecord_encode(rec, len);
+	free(rec);
+	return out;
+}
+
+/* A memfd holding len bytes of text, or -errno. */
+static int memfd_with(const char *name, const char *text, size_t len)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	for (size_t done = 0; done < len;) {
+		ssize_t n = write(fd, text + done, len - done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			int e = n < 0 ? errno : EIO;
+			close(fd);
+			return -e;
+		}
+		done += (size_t)n;
+	}
+	return fd;
+}
+
+/* Hands the holder w's slab descriptors, then its record (last: a record
+ * names slabs that are all kept). w is ready; not called with w->mu held. */
+static void weights_keep(struct weights *w)
+{
+	struct tree *t = w->t;
+	char *status = status_text(w), prefix[48], tag[KEEPER_TAG_MAX];
+	size_t len = 0;
+	int rc = 0, memfd = -1;
+
+	if (!status)
+		return;
+	drop_attached_line(status);
+	kept_prefix(w->ver->name, prefix);
+	pthread_mutex_lock(&w->mu);
+	if (w->unloaded || w->state != READY || w->kept)
+		goto out;
+	char *bytes = record_of(w, status, &len);
+	rc = bytes ? memfd_with("artfs-weights", bytes, len) : -ENOMEM;
+	free(bytes);
+	memfd = rc;
+	for (int r = 0; r < w->nranks && rc >= 0; r++) {
+		snprintf(tag, sizeof(tag), "%ss%d", prefix, r);
+		rc = keeper_link_keep(&t->keeper, tag, w->granks[r].fd);
+	}
+	if (rc >= 0) {
+		snprintf(tag, sizeof(tag), "%smeta", prefix);
+		rc = keeper_link_keep(&t->keeper, tag, memfd);
+	}
+	if (rc < 0) {
+		if (rc != -ENOTCONN) {
+			keeper_link_drop(&t->keeper, prefix, true);
+			log_warn("weights %s: the holder does not keep them (%s): they will not outlive "
+				 "this daemon", w->ver->name, strerror(-rc));
+		}
+		goto out;
+	}
+	w->kept = true;
+	snprintf(w->kept_tag, sizeof(w->kept_tag), "%s", prefix);
+	log_info("weights %s: the holder keeps their %d slab%s", w->ver->name, w->nranks,
+		 w->nranks > 1 ? "s" : "");
+out:
+	pthread_mutex_unlock(&w->mu);
+	if (memfd >= 0)
+		close(memfd);
+	free(status);
+}
+
+/* Drops what the holder keeps of w (with w->mu held): unloaded. */
+static void weights_unkeep_locked(struct weights *w)
+{
+	if (!w->kept)
+		return;
+	int rc = keeper_link_drop(&w->t->keeper, w->kept_tag, true);
+	if (rc < 0)
+		log_warn("weights %s: the holder may still keep their GPU memory: %s", w->ver->name,
+			 strerror(-rc));
+	w->kept = false;
+}
+
+/* What the holder keeps under KEPT_ROOT, as found at a takeover. */
+struct kept_fd {
+	char tag[KEEPER_TAG_MAX];
+	int fd;
+};
+
+/* The descriptor kept under tag among k[0..n) (taken: -1 left there), or -1. */
+static int kept_take(struct kept_fd *k, size_t n, const char *tag)
+{
+	for (size_t i = 0; i < n; i++)
+		if (k[i].fd >= 0 && strcmp(k[i].tag, tag) == 0) {
+			int fd = k[i].fd;
+			k[i].fd = -1;
+			return fd;
+		}
+	return -1;
+}
+
+/* The record in memfd fd, decoded. */
+static int kept_record(int fd, struct wrecord *rec, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0 || st.st_size <= 0 || (uint64_t)st.st_size > WRECORD_BYTES_MAX) {
+		snprintf(err, errlen, "its record is not a file of a size it may have");
+		return -EINVAL;
+	}
+	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (p == MAP_FAILED) {
+		snprintf(err, errlen, "its record: %s", strerror(errno));
+		return -EINVAL;
+	}
+	int rc = wrecord_decode(p, (size_t)st.st_size, rec, err, errlen);
+	munmap(p, (size_t)st.st_size);
+	return rc;
+}
+
+/* Ready weights from a record and their slabs' descriptors (taken). */
+static struct weights *weights_from_record(struct tree *t, struct version *v, struct wrecord *rec,
+					   const int *fds)
+{
+	struct weights *w = calloc(1, sizeof(*w) + (size_t)rec->nranks * sizeof(struct weights_rank));
+	struct gpu_rank *g = calloc((size_t)rec->nranks, sizeof(*g));
+
+	if (!w || !g) {
+		free(w);
+		free(g);
+		return NULL;
+	}
+	w->t = t;
+	w->ver = v;
+	w->nranks = rec->nranks;
+	init_nodes(w, rec->nranks);
+	w->state = READY;
+	w->thread_done = true;
+	w->granks = g;
+	w->load.ranks = g;
+	w->load.nranks = rec->nranks;
+	for (int r = 0; r < rec->nranks; r++) {
+		struct weights_rank *wr = &w->ranks[r];
+		wr->device = rec->ranks[r].device;
+		wr->dev.index = rec->ranks[r].device;
+		memcpy(wr->dev.uuid, rec->ranks[r].uuid, 16);
+		wr->fp = rec->ranks[r].fp;
+		wr->total_bytes = rec->ranks[r].bytes;
+		g[r] = (struct gpu_rank){ .device = wr->device, .slab_size = rec->ranks[r].slab_size,
+					  .fd = fds[r] };
+		w->bytes_total += rec->ranks[r].bytes;
+	}
+	snprintf(w->ckpt.quant_method, sizeof(w->ckpt.quant_method), "%s", rec->quant_method);
+	w->ckpt.quant_block_fp8 = rec->quant_block_fp8;
+	w->manifest = rec->manifest;
+	w->manifest_len = rec->manifest_len;
+	w->status_kept = rec->status;
+	rec->manifest = rec->status = NULL;
+	w->started_ns = w->finished_ns = now_ns();
+	return w;
+}
+
+/* Serves the weights that prefix's tags keep: 0, or -errno (why in err;
+ * the caller drops the tags). */
+static int take_over_one(struct tree *t, const char *prefix, int meta, struct kept_fd *k, size_t n,
+			 char *err, size_t errlen)
+{
+	struct wrecord *rec = calloc(1, sizeof(*rec));
+	int fds[WRECORD_RANKS_MAX], rc;
+	char tag[KEEPER_TAG_MAX], want[48];
+
+	if (!rec)
+		return -ENOMEM;
+	rc = kept_record(meta, rec, err, errlen);
+	if (rc < 0) {
+		free(rec);
+		return rc;
+	}
+	kept_prefix(rec->version, want);
+	if (strcmp(want, prefix) != 0 || !key_version_name_valid(rec->version)) {
+		snprintf(err, errlen, "its record names version \"%s\", not that of its tags", rec->version);
+		rc = -EINVAL;
+	}
+	for (int r = 0; r < rec->nranks; r++)
+		fds[r] = -1;
+	for (int r = 0; r < rec->nranks && rc == 0; r++) {
+		snprintf(tag, sizeof(tag), "%ss%d", want, r);
+		if ((fds[r] = kept_take(k, n, tag)) < 0) {
+			snprintf(err, errlen, "the slab of rank %d is not kept", r);
+			rc = -EINVAL;
+		}
+	}
+	struct version *v = rc == 0 ? version_for(t, rec->version, &rc) : NULL;
+	struct weights *w = v ? weights_from_record(t, v, rec, fds) : NULL;
+	if (v && !w) {
+		node_unref(&v->node, 1);
+		rc = -ENOMEM;
+	}
+	if (w) {
+		pthread_mutex_lock(&t->lock);
+		bool taken = v->removed || v->weights;
+		if (!taken)
+			v->weights = w;
+		pthread_mutex_unlock(&t->lock);
+		if (taken) {
+			snprintf(err, errlen, "its version has other weights");
+			weights_free(w); /* closes the descriptors it took */
+			rc = -EEXIST;
+		} else {
+			w->kept = true;
+			memcpy(w->kept_tag, want, sizeof(want));
+			all_add(t, w, false);
+			log_info("weights %s: taken over from the daemon before (%d rank%s, %" PRIu64
+				 " bytes), nothing read again", w->ver->name, w->nranks,
+				 w->nranks > 1 ? "s" : "", w->bytes_total);
+		}
+	} else {
+		for (int r = 0; r < rec->nranks; r++)
+			if (fds[r] >= 0)
+				close(fds[r]);
+	}
+	wrecord_free(rec);
+	free(rec);
+	return rc;
+}
+
+void weights_take_over(struct tree *t)
+{
+	struct kept_fd *k = NULL;
+	size_t n = 0, cap = 0;
+	char err[256];
+
+	for (uint32_t i = 0;; i++) {
+		struct kept_fd one;
+		int rc = keeper_link_next(&t->keeper, KEPT_ROOT, i, one.tag, &one.fd);
+		if (rc < 0) {
+			if (rc != -ENOENT && rc != -ENOTCONN)
+				log_err("takeover: cannot learn what the holder keeps: %s", strerror(-rc));
+			break;
+		}
+		if (n == cap) {
+			struct kept_fd *more = realloc(k, (cap = cap ? cap * 2 : 16) * sizeof(*k));
+			if (!more) {
+				close(one.fd);
+				break;
+			}
+			k = more;
+		}
+		k[n++] = one;
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t len = strlen(k[i].tag);
+		if (k[i].fd < 0 || len < 5 || strcmp(k[i].tag + len - 5, "/meta") != 0)
+			continue;
+		char prefix[KEEPER_TAG_MAX];
+		snprintf(prefix, sizeof(prefix), "%.*s", (int)(len - 4), k[i].tag);
+		int meta = k[i].fd;
+		k[i].fd = -1;
+		if (take_over_one(t, prefix, meta, k, n, err, sizeof(err)) < 0) {
+			log_err("takeover: the weights the holder keeps under %s are dropped: %s", prefix,
+				err);
+			keeper_link_drop(&t->keeper, prefix, true);
+		}
+		close(meta);
+	}
+	/* Slabs without a record: a daemon died while it handed them over. */
+	for (size_t i = 0; i < n; i++)
+		if (k[i].fd >= 0) {
+			log_warn("takeover: %s is kept without a record of its weights: dropped", k[i].tag);
+			keeper_link_drop(&t->keeper, k[i].tag, false);
+			close(k[i].fd);
+		}
+	free(k);
+}
+
+/* ---- nodes a daemon before gave ids ------------------------------------------------- */
+
+void weights_describe_node(const struct node *n, struct held_node *d)
+{
+	if (n->type != NODE_WEIGHTS_DIR && n->type != NODE_WEIGHTS_FILE && n->type != NODE_WEIGHTS_RANK)
+		return;
+	const struct weights *w = (const struct weights *)n->owner;
+	size_t len = strlen(w->ver->name);
+	d->name_len = (uint8_t)(len > HELD_NAME_MAX ? HELD_NAME_MAX : len);
+	memcpy(d->name, w->ver->name, d->name_len);
+	d->name[d->name_len] = '\0';
+	d->sub = n->sub;
+}
+
+struct node *weights_revive_node(struct tree *t, const struct held_node *r)
+{
+	char name[HELD_NAME_MAX + 1];
+	uint8_t type = atomic_load(&r->type);
+	struct node *n = NULL;
+
+	memcpy(name, r->name, r->name_len);
+	name[r->name_len] = '\0';
+	pthread_mutex_lock(&t->lock);
+	struct version *v = index_version_find(&t->idx, name);
+	struct weights *w = v ? v->weights : NULL;
+	if (w && type == NODE_WEIGHTS_DIR)
+		n = &w->dir;
+	else if (w && type == NODE_WEIGHTS_FILE && r->sub < WEIGHTS_FILE_COUNT)
+		n = &w->files[r->sub];
+	else if (w && type == NODE_WEIGHTS_RANK && r->sub < w->nranks)
+		n = &w->ranks[r->sub].node;
+	if (n)
+		node_ref(n);
+	pthread_mutex_unlock(&t->lock);
+	return n;
 }
 
 /* ---- attach ------------------------------------------------------------------ */
@@ -1027,17 +1424,68 @@ static int weights_attach(struct tree *t, struct handle *h, const struct artfs_a
 	out->device_index = (uint32_t)wr->device;
 	out->slab_count = 1;
 	out->total_bytes = wr->total_bytes;
-	memset(out->slabs, 0, sizeof(out->slabs));
-	memcpy(out->slabs[0].ipc_handle, w->granks[rh->rank].ipc, ARTFS_IPC_HANDLE_SIZE);
-	out->slabs[0].size = w->granks[rh->rank].slab_size;
-	return 0;
+	memset(out->slab_size, 0, sizeof(out->slab_size));
+	out->slab_size[0] = w->granks[rh->rank].slab_size;
+	memset(out->reserved, 0, sizeof(out->reserved));
+	int rc = grants_issue(&t->grants, rh, now_ns(), out->token);
+	if (rc < 0)
+		log_err("attach %s/rank%d: no token: %s", wv, rh->rank,
+			rc == -EBUSY ? "too many attaches at once" : "no random bytes");
+	return rc < 0 ? -EAGAIN : 0;
+}
+
+/* A grant's use: the descriptors of its rank's slabs (the table locked:
+ * the handle cannot go meanwhile). */
+struct slabs_ask {
+	struct attach_slabs *out;
+};
+
+static int slabs_of_grant(void *owner, void *ctx)
+{
+	struct rank_handle *rh = owner;
+	struct weights *w = rh->w;
+	struct attach_slabs *out = ((struct slabs_ask *)ctx)->out;
+	int rc = 0;
+
+	pthread_mutex_lock(&w->mu);
+	struct gpu_rank *g = &w->granks[rh->rank];
+	if (w->unloaded || w->gpu_freed)
+		rc = -ESTALE;
+	else if (g->fd < 0)
+		rc = -EIO;
+	else if ((out->fd[0] = fcntl(g->fd, F_DUPFD_CLOEXEC, 0)) < 0)
+		rc = -errno;
+	if (rc == 0) {
+		out->count = 1;
+		out->size[0] = g->slab_size;
+	}
+	pthread_mutex_unlock(&w->mu);
+	return rc;
+}
+
+int weights_slabs_of_token(void *ctx, const uint8_t token[ARTFS_ATTACH_TOKEN_SIZE],
+			   struct attach_slabs *out)
+{
+	struct tree *t = ctx;
+	struct slabs_ask ask = { .out = out };
+
+	out->count = 0;
+	return grants_take(&t->grants, token, now_ns(), slabs_of_grant, &ask);
 }
 
 static int rank_ioctl(struct tree *t, struct handle *h, unsigned int cmd, const void *in,
 		      size_t in_len, void *out, size_t out_len)
 {
 	struct artfs_attach req;
+	struct rank_handle *rh = (struct rank_handle *)h;
 
+	if (cmd == ARTFS_IOC_ATTACH_V1) {
+		log_warn("attach %s/rank%d: an engine of attach ABI 1 (CUDA IPC handles, artfs 0.1); "
+			 "this daemon serves ABI %d (descriptors of CUDA VMM slabs): rebuild the engine "
+			 "against this libartfs or use this Python client", rh->w->ver->name, rh->rank,
+			 ARTFS_ABI_VERSION);
+		return -EINVAL;
+	}
 	if (cmd != ARTFS_IOC_ATTACH)
 		return -ENOTTY;
 	if (in_len < sizeof(req) || out_len < sizeof(req))
@@ -1352,7 +1800,7 @@ static int publish_copy(struct publish_job *j, char *err, size_t errlen)
 	j->pieces = calloc(j->b.ntensors, sizeof(*j->pieces));
 	int rc = j->pieces ? plan_publish(&j->b, j->pieces, &copies, &ncopies, &slab_size, &j->bytes)
 		 : -ENOMEM;
-	j->dst = (struct gpu_rank){ .slab_size = slab_size };
+	j->dst = (struct gpu_rank){ .slab_size = slab_size, .fd = -1 };
 	j->gp = (struct gpu_publish){
 		.handles = j->b.handles, .nhandles = j->b.nhandles, .target_device = j->b.head.target_device,
 		.copies = copies, .ncopies = ncopies, .dst = &j->dst,
@@ -1497,6 +1945,7 @@ static int publish_run(struct tree *t, struct publish_handle *ph)
 			 (double)(now_ns() - t0) / 1e9);
 		snprintf(ph->reply, sizeof(ph->reply), "0 %zu %" PRIu64 " %.6f\n", j.b.ntensors, j.bytes,
 			 j.gp.copy_seconds);
+		weights_keep(w); /* once every rank is published */
 	}
 	wblob_free(&j.b);
 	if (rc == 0)

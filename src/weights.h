@@ -43,6 +43,22 @@ int weights_open(struct tree *t, struct node *n, int flags, struct handle **h,
 /* Names under <wv>/weights for a listing: calls add for each. */
 void weights_list(struct tree *t, struct node *dir,
 		  void (*add)(void *ctx, const char *name, uint64_t ino, unsigned char type), void *ctx);
+/* The descriptors of the slabs that an attach token grants (the resolver
+ * of the .artfs/attach socket, src/attach.h; ctx is the tree). */
+struct attach_slabs;
+int weights_slabs_of_token(void *ctx, const uint8_t token[ARTFS_ATTACH_TOKEN_SIZE],
+			   struct attach_slabs *out);
+
+/* After a daemon before this one: serves again every weights the holder
+ * keeps (their records and slabs), without reading a checkpoint; what it
+ * cannot serve is dropped (logged). */
+void weights_take_over(struct tree *t);
+/* What a held node record says of a weights node (ids.c's hook), and the
+ * node such a record names now (referenced), or NULL. */
+struct held_node;
+void weights_describe_node(const struct node *n, struct held_node *d);
+struct node *weights_revive_node(struct tree *t, const struct held_node *r);
+
 /* The checks of the request itself, pure (fuzzed on its own): the abi
  * version and, when loaded is given, the expected fingerprint against it.
  * Returns 0, -EINVAL (unknown abi) or -ESTALE; *why names what differs. */

@@ -37,22 +37,51 @@
  * <wv>/weights/rank<k> is opened read-only by an engine, which then calls
  *     ioctl(fd, ARTFS_IOC_ATTACH, &attach)
  * with abi set and the fingerprint it expects filled in. On success the
- * reply part holds the device and the CUDA IPC handles of rank k's slabs;
- * manifest.json says where each tensor lies (slab, offset). The open file is
- * the attachment: GPU memory of unloaded weights is freed only when the
- * last attached file is closed. Errors:
+ * reply part holds the device, the sizes of rank k's slabs and a token;
+ * manifest.json says where each tensor lies (slab, offset). The slabs
+ * themselves are CUDA VMM allocations (cuMemCreate) whose POSIX file
+ * descriptors the engine receives on the mount's socket .artfs/attach:
+ *
+ *     s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)
+ *     connect(s, "<mnt>/.artfs/attach")
+ *     send(s, struct artfs_slabs_request { magic, abi, token })
+ *     recvmsg(s) -> struct artfs_slabs_reply, and with it (SCM_RIGHTS)
+ *                   one descriptor per slab, in slab order
+ *
+ * then, per slab, cuMemImportFromShareableHandle(fd,
+ * CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), cuMemAddressReserve, cuMemMap,
+ * cuMemSetAccess, and closes the descriptor (the mapping keeps the memory).
+ * libartfs and the Python client do all of this. A token serves one
+ * request, for 30 s, and only while the file that asked for it is open; a
+ * reply's error is 0 or a negative errno:
+ *     -ENOENT     no such token (used, expired, its file closed, or asked of
+ *                 a daemon that died since: ioctl again)
+ *     -ESTALE     the weights were unloaded since
+ *     -EPROTO     not a request of this wire
+ *
+ * The memory outlives the daemon that loaded it (DESIGN.md §8): the daemon's
+ * holder keeps a descriptor of every slab, an engine's mapping stays valid
+ * across a crash or an upgrade of the daemon, and the next daemon serves
+ * the same slabs. GPU memory of unloaded weights is freed once the daemon
+ * has let go of it and every engine has unmapped it (or ended).
+ * ioctl errors:
  *     EAGAIN      weights still loading
  *     EIO         the load failed (weights/status says why)
  *     ESTALE      the fingerprint differs from what was loaded
  *     EOPNOTSUPP  quantization not served zero-copy (see allow_quant=)
  *     ENODEV      no GPU support in this build or on this host
- *     EINVAL      unknown abi version
+ *     EINVAL      unknown abi version; an engine of ABI 1 (CUDA IPC handles,
+ *                 artfs 0.1) gets EINVAL for ARTFS_IOC_ATTACH_V1 and a log
+ *                 line: rebuild it against this libartfs
  */
-#define ARTFS_ABI_VERSION          1
+#define ARTFS_ABI_VERSION          2
 #define ARTFS_SLABS_MAX            16
-#define ARTFS_IPC_HANDLE_SIZE      64    /* sizeof(cudaIpcMemHandle_t) */
+#define ARTFS_IPC_HANDLE_SIZE      64    /* sizeof(cudaIpcMemHandle_t): publish blobs */
 #define ARTFS_SLAB_ALIGN           (2u << 20)
 #define ARTFS_TENSOR_ALIGN         256u
+#define ARTFS_ATTACH_TOKEN_SIZE    32
+#define ARTFS_ATTACH_SOCKET        "attach"  /* <mnt>/.artfs/attach */
+#define ARTFS_SLABS_MAGIC          0x534c5441u  /* "ATLS" */
 
 /* What a checkpoint on a device is; every field must match for an attach. */
 struct artfs_fingerprint {
@@ -68,11 +97,6 @@ struct artfs_fingerprint {
 	uint32_t reserved;
 };
 
-struct artfs_slab {
-	uint8_t ipc_handle[ARTFS_IPC_HANDLE_SIZE];
-	uint64_t size;                   /* bytes, a multiple of ARTFS_SLAB_ALIGN */
-};
-
 struct artfs_attach {
 	/* in */
 	uint32_t abi;                    /* ARTFS_ABI_VERSION */
@@ -83,8 +107,50 @@ struct artfs_attach {
 	uint32_t device_index;           /* the daemon's index of that device */
 	uint32_t slab_count;
 	uint64_t total_bytes;            /* bytes of tensor data of this rank */
-	struct artfs_slab slabs[ARTFS_SLABS_MAX];
+	uint64_t slab_size[ARTFS_SLABS_MAX]; /* bytes, multiples of ARTFS_SLAB_ALIGN */
+	uint8_t token[ARTFS_ATTACH_TOKEN_SIZE]; /* for .artfs/attach */
+	uint64_t reserved[4];
 };
+
+/* On .artfs/attach (SOCK_SEQPACKET): one request, one reply, per connection. */
+struct artfs_slabs_request {
+	uint32_t magic;                  /* ARTFS_SLABS_MAGIC */
+	uint32_t abi;                    /* ARTFS_ABI_VERSION */
+	uint8_t token[ARTFS_ATTACH_TOKEN_SIZE];
+};
+
+struct artfs_slabs_reply {
+	uint32_t magic;                  /* ARTFS_SLABS_MAGIC */
+	int32_t error;                   /* 0, or a negative errno (no descriptors) */
+	uint32_t slab_count;             /* descriptors that came with the reply */
+	uint32_t reserved;
+	uint64_t slab_size[ARTFS_SLABS_MAX];
+};
+
+/* ABI 1 (artfs 0.1: slabs shared as CUDA IPC handles), no longer served;
+ * kept so that the daemon can tell such an engine what it meets. */
+struct artfs_slab_v1 {
+	uint8_t ipc_handle[ARTFS_IPC_HANDLE_SIZE];
+	uint64_t size;
+};
+
+struct artfs_attach_v1 {
+	uint32_t abi;
+	uint32_t flags;
+	struct artfs_fingerprint expect;
+	uint8_t device_uuid[16];
+	uint32_t device_index;
+	uint32_t slab_count;
+	uint64_t total_bytes;
+	struct artfs_slab_v1 slabs[ARTFS_SLABS_MAX];
+};
+
+#ifndef __cplusplus
+_Static_assert(sizeof(struct artfs_fingerprint) == 536, "fingerprint ABI");
+_Static_assert(sizeof(struct artfs_attach) == 768, "attach ABI 2");
+_Static_assert(sizeof(struct artfs_slabs_request) == 40, "slabs request");
+_Static_assert(sizeof(struct artfs_slabs_reply) == 144, "slabs reply");
+#endif
 
 /* ---- GPU-direct publish (DESIGN.md §4.3) ------------------------------------
  *
@@ -182,6 +248,7 @@ _Static_assert(sizeof(struct artfs_publish_tensor) == 360, "publish tensor ABI")
 #endif
 
 #define ARTFS_IOC_MAGIC            0xA7  /* private to artfs */
-#define ARTFS_IOC_ATTACH           _IOWR(ARTFS_IOC_MAGIC, 1, struct artfs_attach)
+#define ARTFS_IOC_ATTACH_V1        _IOWR(ARTFS_IOC_MAGIC, 1, struct artfs_attach_v1)
+#define ARTFS_IOC_ATTACH           _IOWR(ARTFS_IOC_MAGIC, 2, struct artfs_attach)
 
 #endif /* ARTFS_ARTFS_H */

@@ -476,7 +476,7 @@ static void op(struct ns *s, struct fuzz_in *in)
 		break;
 	case 8:
 		n = pick_node(s, in);
-		check_rc(tree_unlink(&s->t, n, pick_name(in, buf, sizeof(buf))));
+		check_rc(tree_unlink(&s->t, n, pick_name(in, buf, sizeof(buf)), fz_u8(in) & 1));
 		break;
 	case 9:
 		n = pick_node(s, in);

@@ -145,6 +145,20 @@ def attach_seeds():
     write("attach", "abi1-zeros", u8(1) + bytes(900))
     write("attach", "abi1-diff", u8(1 | 1 << 2) + b"\x01\x00\x00\x00" + bytes(896) + u16(200) + u8(7))
     write("attach", "bad-abi", u8(2) + b"\x02\x00\x00\x00" + bytes(100))
+    # a request on .artfs/attach ('s'), and one a byte short
+    req = struct.pack("<II", 0x534C5441, 2) + bytes(range(32))
+    write("attach", "slabs-request", b"s" + req)
+    write("attach", "slabs-short", b"s" + req[:-1])
+    # the record of ready weights a holder keeps ('w')
+    fp = {"architecture": "LlamaForCausalLM", "quant_method": "", "quant_config_sha256": "00" * 32,
+          "revision": "ab" * 32, "dtypes": "BF16", "tp_size": 1, "tp_rank": 0, "cc_major": 9,
+          "cc_minor": 0, "driver_version": 13000}
+    head = {"version": "v1", "quant_method": "", "quant_block_fp8": False,
+            "status": "state = ready\n", "ranks": [{"device": 0, "uuid": "11" * 16,
+                                                   "slab_size": 4 << 20, "bytes": 1000,
+                                                   "fingerprint": fp}]}
+    rec = b"artfs-weights 1\n" + json.dumps(head, separators=(",", ":")).encode() + b"\n{}"
+    write("attach", "record", b"w" + rec)
 
 
 # namespace: operation numbers of fuzz_namespace.c's op()

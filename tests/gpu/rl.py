@@ -8,6 +8,10 @@
                                          tensors on DEVICE (tied included) saved to FILE, published
                                          to TARGET (-1: same GPU), then overwritten; prints PUBLISHED
     rl.py compare MOUNT WV FILE          attach WV (published), byte-compare with FILE, check ties
+    rl.py watch MOUNT WV DIR             bind to WV, forward in a loop comparing every output with
+                                         DIR's reference; prints READY, then on "quit" BYE passes wrong
+    rl.py attach MOUNT WV DIR            attach WV, byte-compare with DIR's checkpoint, bind, forward,
+                                         compare with its reference; prints ATTACHED seconds
 """
 import json
 import os
@@ -96,6 +100,43 @@ def main():
                     torch.cuda.synchronize()
                     ok = torch.equal(out.cpu(), torch.load(os.path.join(line[2], "ref.pt")))
                     print(f"FLIPPED {ok} {time.perf_counter() - t0:.4f} {passes}", flush=True)
+    elif cmd == "watch":
+        import select
+        mount, wv, d = sys.argv[2], sys.argv[3], sys.argv[4]
+        m = tiny(123)
+        w = artfs.attach_weights(wv, 0, checkpoint_dir=d, mount=mount)
+        artfs.torch.bind(m, w)
+        del w
+        x = ids()
+        ref = torch.load(os.path.join(d, "ref.pt")).to("cuda:0")
+        passes = wrong = 0
+        print("READY", flush=True)
+        while True:
+            with torch.no_grad():
+                same = torch.equal(m(x), ref)
+            torch.cuda.synchronize()  # a CUDA error raises here: the engine fails
+            passes += 1
+            wrong += not same
+            if select.select([sys.stdin], [], [], 0)[0]:
+                print(f"BYE {passes} {wrong}", flush=True)
+                return 0 if wrong == 0 else 1
+    elif cmd == "attach":
+        from safetensors.torch import load_file
+        mount, wv, d = sys.argv[2], sys.argv[3], sys.argv[4]
+        torch.cuda.init()
+        torch.ones(1, device="cuda:0")  # the context first: what an engine has before it attaches
+        t0 = time.perf_counter()
+        w = artfs.attach_weights(wv, 0, checkpoint_dir=d, mount=mount)
+        took = time.perf_counter() - t0
+        ref = load_file(os.path.join(d, "model.safetensors"), device="cuda:0")
+        assert set(ref) <= set(w), set(ref) - set(w)
+        for k, v in ref.items():
+            assert torch.equal(w[k].view(torch.uint8), v.view(torch.uint8)), k
+        m = tiny(5)
+        artfs.torch.bind(m, w)
+        with torch.no_grad():
+            assert torch.equal(m(ids()).cpu(), torch.load(os.path.join(d, "ref.pt")))
+        print(f"ATTACHED {took:.4f}", flush=True)
     elif cmd == "trainer":
         from safetensors.torch import save_file
         mount, wv, dev, target, seed, path = sys.argv[2:8]

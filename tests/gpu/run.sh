@@ -2,14 +2,15 @@
 # The whole GPU check on a GPU host, from a build tree made by build.sh (or
 # $ARTFS_BUILD): mounts artfs, runs every GPU test and benchmark, prints a
 # table last, unmounts. Exit 77 where there is no GPU.
-#   ARTFS_GPU_PARTS="tests rl weights-bench flip-bench hostload-bench disk-bench"
-#   what to run (default: all but the loader settings sweeps, hostload-bench
-#   and disk-bench)
+#   ARTFS_GPU_PARTS="tests rl restart weights-bench flip-bench abi-bench hostload-bench disk-bench"
+#   what to run (default: all but the loader settings sweeps, hostload-bench,
+#   disk-bench and abi-bench, which needs the build before the VMM slabs in
+#   $ARTFS_BUILD/old: see bench_weights_abi.py)
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 : "${ARTFS_BUILD:=$top/.gpu-build}"
 : "${OUT:=/tmp/artfs-gpu-out}"
-: "${ARTFS_GPU_PARTS:=tests rl weights-bench flip-bench}"
+: "${ARTFS_GPU_PARTS:=tests rl restart weights-bench flip-bench}"
 mkdir -p "$OUT"
 export ARTFS_BUILD OUT
 # Never use NVLink multicast on shared GPU hosts.
@@ -26,16 +27,18 @@ status=0
 for part in $ARTFS_GPU_PARTS; do
 	case $part in
 	tests) files="$here/test_weights.py" ;;
+	restart) files="$here/test_weights_restart.py" ;;
 	rl) files="$here/test_rl.py" ;;
 	*) files= ;;
 	esac
 	if [ -n "$files" ]; then
-		"$PYTHON" -m pytest -v -p no:cacheprovider $files 2>&1 | tee "$OUT/gpu-$part.log" || status=1
+		"$PYTHON" -m pytest -v -rP -p no:cacheprovider $files 2>&1 | tee "$OUT/gpu-$part.log" || status=1
 		grep -q " failed\| error" "$OUT/gpu-$part.log" && status=1
 	fi
 	case $part in
 	weights-bench) "$PYTHON" "$here/bench_weights.py" 2>&1 | tee "$OUT/gpu-bench.log" || status=1 ;;
 	flip-bench) "$PYTHON" "$here/bench_flip.py" 2>&1 | tee "$OUT/flip-bench.log" || status=1 ;;
+	abi-bench) "$PYTHON" "$here/bench_weights_abi.py" 2>&1 | tee "$OUT/abi-bench.log" || status=1 ;;
 	hostload-bench) "$PYTHON" "$here/bench_hostload.py" 2>&1 | tee "$OUT/hostload-bench.log" || status=1 ;;
 	disk-bench) "$PYTHON" "$here/bench_disk.py" 2>&1 | tee "$OUT/disk-bench.log" || status=1 ;;
 	esac

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import Mount, publish, read_result
+from conftest import Mount, publish, read_result, wait_for
 from envelope import encode, routed_experts
 
 WV = "default"
@@ -16,7 +16,12 @@ def test_empty_mount(mnt):
     assert sorted(os.listdir(mnt.mountpoint)) == [".artfs", ".keys"]
     st = os.stat(mnt.mountpoint)
     assert stat.S_ISDIR(st.st_mode)
-    assert sorted(os.listdir(mnt.path(".artfs"))) == ["config", "control", "metrics"]
+    # attach: the socket engines fetch weight slabs on, bound by the daemon
+    # in its own mount once it serves
+    assert wait_for(lambda: os.path.exists(mnt.path(".artfs", "attach")))
+    assert sorted(os.listdir(mnt.path(".artfs"))) == ["attach", "config", "control", "metrics"]
+    st = os.stat(mnt.path(".artfs", "attach"))
+    assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o666
     out = subprocess.run(["ls", "-la", mnt.mountpoint], capture_output=True, text=True,
                          check=True).stdout
     assert ".artfs" in out

@@ -297,6 +297,23 @@ START_TEST(test_keeper_keeps_descriptors_across_daemons)
 				ok &= keeper_fetch(sv[1], "gpu/v1/1", &fd) == 0;
 				ok &= pread(fd, buf, 15, 0) == 6 && strcmp(buf, "slab 1") == 0;
 				ok &= keeper_fetch(sv[1], "gpu/v2/0", &fd) == -ENOENT && fd == -1;
+				close(fd);
+				/* What is kept, enumerated by a next daemon. */
+				char tag[KEEPER_TAG_MAX];
+				int seen = 0;
+				for (uint32_t i = 0;; i++) {
+					int rc = keeper_next(sv[1], "gpu/v1/", i, tag, &fd);
+					if (rc == -ENOENT) {
+						ok &= fd == -1;
+						break;
+					}
+					ok &= rc == 0 && fd >= 0 && pread(fd, buf, 15, 0) == 6;
+					ok &= strncmp(tag, "gpu/v1/", 7) == 0 && buf[5] == tag[7];
+					seen |= 1 << (tag[7] - '0');
+					close(fd);
+				}
+				ok &= seen == 3;
+				ok &= keeper_next(sv[1], "gpu/v2/", 0, tag, &fd) == -ENOENT;
 				ok &= keeper_drop(sv[1], "gpu/v1/", true) == 0;
 			}
 			_exit(ok ? 0 : 1);
@@ -341,6 +358,13 @@ START_TEST(test_keeper_store_replaces_drops_and_bounds)
 	close(fd);
 	ck_assert_int_eq(keeper_store_keep(s, "ab", file_with("4")), 0);
 	ck_assert_int_eq(keeper_store_keep(s, "b", file_with("5")), 0);
+	char found[KEEPER_TAG_MAX];
+	ck_assert_int_eq(keeper_store_nth(s, "a", 0, found), keeper_store_get(s, "a"));
+	ck_assert_str_eq(found, "a");
+	ck_assert_int_eq(keeper_store_nth(s, "a", 1, found), keeper_store_get(s, "ab"));
+	ck_assert_str_eq(found, "ab");
+	ck_assert_int_eq(keeper_store_nth(s, "a", 2, found), -ENOENT);
+	ck_assert_int_eq(keeper_store_nth(s, "", 2, found), keeper_store_get(s, "b"));
 	ck_assert_int_eq(keeper_store_drop(s, "a", true), 2);
 	ck_assert_int_eq(keeper_store_get(s, "a"), -ENOENT);
 	expect_file(keeper_store_get(s, "b"), "5");

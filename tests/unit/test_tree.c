@@ -208,12 +208,12 @@ START_TEST(collision_capacity_and_accounting)
 	ck_assert_int_eq(publish(ver, "bb", c, len), -ENOSPC);
 	ck_assert_uint_eq(t.bytes_used, len);
 	ck_assert_uint_eq(t.bytes_reserved, 0);
-	ck_assert_int_eq(tree_unlink(&t, ver, "aa"), 0);
+	ck_assert_int_eq(tree_unlink(&t, ver, "aa", false), 0);
 	ck_assert_uint_eq(t.bytes_used, 0);
 	ck_assert_int_eq(publish(ver, "bb", c, len), 0);
 	ck_assert_int_eq(tree_rmdir(&t, &t.root, "v"), -ENOTEMPTY);
-	ck_assert_int_eq(tree_unlink(&t, ver, "bb"), 0);
-	ck_assert_int_eq(tree_unlink(&t, ver, "bb"), -ENOENT);
+	ck_assert_int_eq(tree_unlink(&t, ver, "bb", false), 0);
+	ck_assert_int_eq(tree_unlink(&t, ver, "bb", false), -ENOENT);
 	tree_forget(&t, ver->id, 1);
 	ck_assert_int_eq(tree_rmdir(&t, &t.root, "v"), 0);
 	ck_assert_uint_eq(t.objects, 0);
@@ -386,7 +386,7 @@ START_TEST(a_committed_object_is_never_opened_for_writing)
 	ck_assert_uint_eq(t.metrics.republish_identical, 1);
 	ck_assert_uint_eq(t.objects, 1);
 	/* Unlinked while held: the kernel is told to look the name up again. */
-	ck_assert_int_eq(tree_unlink(&t, ver, "00aa"), 0);
+	ck_assert_int_eq(tree_unlink(&t, ver, "00aa", false), 0);
 	ck_assert_int_eq(tree_open_file(&t, e.node, O_RDONLY, &h, &r), -ESTALE);
 	tree_forget(&t, e.id, 1);
 	tree_forget(&t, ver->id, 1);

@@ -1,5 +1,8 @@
 """Preloaded GPU weights (DESIGN.md §4.2): torch tensors that alias the
-daemon's slabs through CUDA IPC handles, without a copy.
+daemon's slabs, without a copy. The slabs are CUDA VMM allocations: the
+attach ioctl gives a token, the mount's socket .artfs/attach gives the
+slabs' descriptors for it, and the driver maps them here (attach ABI 2 of
+artfs/artfs.h). The mapping outlives a crash or an upgrade of the daemon.
 
 attach_weights falls back to loading the checkpoint from disk only when no
 artfs mount is present; every other failure raises (fail closed).
@@ -13,7 +16,9 @@ import hashlib
 import json
 import os
 import re
+import socket
 import struct
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from .mount import is_artfs_mount, mount_point
@@ -25,15 +30,22 @@ __all__ = ["fingerprint", "attach_weights", "AttachedWeights", "manifest_fingerp
            "PublishTensor", "pack_publish", "publish_blob"]
 
 # ---- the ABI of artfs/artfs.h -----------------------------------------------------
-ABI_VERSION = 1
+ABI_VERSION = 2
 SLABS_MAX = 16
+TOKEN_SIZE = 32
+SLABS_MAGIC = 0x534C5441
 _FP = struct.Struct("<128s64s32s32s256sIIIIII")       # struct artfs_fingerprint
-_SLAB = struct.Struct("<64sQ")                          # struct artfs_slab
 _ATTACH_HEAD = struct.Struct("<II")
-_ATTACH_OUT = struct.Struct("<16sIIQ")
-ATTACH_SIZE = _ATTACH_HEAD.size + _FP.size + _ATTACH_OUT.size + SLABS_MAX * _SLAB.size
+_ATTACH_OUT = struct.Struct(f"<16sIIQ{SLABS_MAX}Q{TOKEN_SIZE}s4Q")
+ATTACH_SIZE = _ATTACH_HEAD.size + _FP.size + _ATTACH_OUT.size
+assert ATTACH_SIZE == 768
+_SLABS_REQUEST = struct.Struct(f"<II{TOKEN_SIZE}s")       # struct artfs_slabs_request
+_SLABS_REPLY = struct.Struct(f"<IiII{SLABS_MAX}Q")       # struct artfs_slabs_reply
 _IOC_WRITE, _IOC_READ = 1, 2
-IOC_ATTACH = ((_IOC_READ | _IOC_WRITE) << 30) | (ATTACH_SIZE << 16) | (0xA7 << 8) | 1
+IOC_ATTACH = ((_IOC_READ | _IOC_WRITE) << 30) | (ATTACH_SIZE << 16) | (0xA7 << 8) | 2
+# How long an attach tries again when the daemon that gave its token went
+# before the slabs were fetched (a restart: the next one serves).
+ATTACH_RETRY_S = 10.0
 
 # safetensors dtype -> torch dtype name
 _TORCH_DTYPES = {
@@ -86,71 +98,106 @@ def _header(path: str) -> tuple[int, bytes, int]:
         return n, f.read(n), os.fstat(f.fileno()).st_size
 
 
-_Runtime = dict[str, Callable[..., Any]]
-_RUNTIME: _Runtime | None = None
+class _Loc(ctypes.Structure):        # CUmemLocation
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
 
 
-def _cupy_runtime() -> _Runtime:
-    import cupy
-    rt = cupy.cuda.runtime
-    return {"driver_version": rt.driverGetVersion,
-            "ipc_open": lambda h: rt.ipcOpenMemHandle(h, rt.cudaIpcMemLazyEnablePeerAccess),
-            "ipc_close": rt.ipcCloseMemHandle}
+class _Prop(ctypes.Structure):       # CUmemAllocationProp
+    _fields_ = [("type", ctypes.c_int), ("handle_types", ctypes.c_int), ("location", _Loc),
+                ("win32", ctypes.c_void_p), ("flags", ctypes.c_ubyte * 8)]
 
 
-def _ctypes_runtime() -> _Runtime:
-    """The libcudart torch loaded, through ctypes."""
-    import torch  # noqa: F401  (loads libcudart into the process)
-    found = None
-    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
+class _Access(ctypes.Structure):     # CUmemAccessDesc
+    _fields_ = [("location", _Loc), ("flags", ctypes.c_int)]
+
+
+_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
+_CU_MEM_LOCATION_TYPE_DEVICE = 1
+_CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+
+
+class _Driver:
+    """The CUDA driver (libcuda) through ctypes: what mapping a slab's
+    descriptor takes (cuMemImportFromShareableHandle, cuMemMap...)."""
+
+    def __init__(self) -> None:
+        import torch
+        torch.cuda.init()  # the primary context the driver calls work in
         try:
-            found = ctypes.CDLL(name)
-            break
-        except OSError:
-            continue
-    if found is None:
-        raise OSError(errno.ENODEV, "no CUDA runtime library found")
-    lib = found
+            self.lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as e:
+            raise OSError(errno.ENODEV, f"no CUDA driver library: {e}") from None
+        u64, vp, sz = ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_size_t
+        lib = self.lib
+        for name, args in (("cuMemImportFromShareableHandle", [ctypes.POINTER(u64), vp, ctypes.c_int]),
+                           ("cuMemGetAllocationPropertiesFromHandle", [ctypes.POINTER(_Prop), u64]),
+                           ("cuMemAddressReserve", [ctypes.POINTER(u64), sz, sz, u64, u64]),
+                           ("cuMemAddressFree", [u64, sz]),
+                           ("cuMemMap", [u64, sz, sz, u64, u64]),
+                           ("cuMemUnmap", [u64, sz]),
+                           ("cuMemSetAccess", [u64, sz, ctypes.POINTER(_Access), sz]),
+                           ("cuMemRelease", [u64]),
+                           ("cuCtxGetDevice", [ctypes.POINTER(ctypes.c_int)]),
+                           ("cuDriverGetVersion", [ctypes.POINTER(ctypes.c_int)])):
+            fn = getattr(lib, name)
+            fn.argtypes = args
+            fn.restype = ctypes.c_int
 
-    class Handle(ctypes.Structure):  # cudaIpcMemHandle_t, passed by value
-        _fields_ = [("reserved", ctypes.c_ubyte * 64)]
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise OSError(errno.EIO, f"{what} failed (CUresult {rc})")
 
-    lib.cudaIpcOpenMemHandle.argtypes = [ctypes.POINTER(ctypes.c_void_p), Handle, ctypes.c_uint]
-    lib.cudaIpcOpenMemHandle.restype = ctypes.c_int
-    lib.cudaIpcCloseMemHandle.argtypes = [ctypes.c_void_p]
-    lib.cudaDriverGetVersion.argtypes = [ctypes.POINTER(ctypes.c_int)]
-
-    def driver_version() -> int:
+    def driver_version(self) -> int:
         v = ctypes.c_int()
-        lib.cudaDriverGetVersion(ctypes.byref(v))
+        self._check(self.lib.cuDriverGetVersion(ctypes.byref(v)), "cuDriverGetVersion")
         return v.value
 
-    def ipc_open(h: bytes) -> int:
-        ptr = ctypes.c_void_p()
-        rc = lib.cudaIpcOpenMemHandle(ctypes.byref(ptr), Handle.from_buffer_copy(bytes(h)), 1)
-        if rc != 0:
-            raise OSError(errno.EIO, f"cudaIpcOpenMemHandle failed (cudaError {rc})")
-        return int(ptr.value or 0)
-
-    def ipc_close(ptr: int) -> None:
-        lib.cudaIpcCloseMemHandle(ctypes.c_void_p(ptr))
-
-    return {"driver_version": driver_version, "ipc_open": ipc_open, "ipc_close": ipc_close}
-
-
-def _cuda_runtime() -> _Runtime:
-    """CUDA runtime calls: cupy's, else the libcudart torch loaded through
-    ctypes ($ARTFS_CUDA_RUNTIME=ctypes forces the latter)."""
-    global _RUNTIME
-    if _RUNTIME is None:
-        if os.environ.get("ARTFS_CUDA_RUNTIME") == "ctypes":
-            _RUNTIME = _ctypes_runtime()
-        else:
+    def import_fd(self, fd: int, size: int) -> int:
+        """Maps the slab of a descriptor read-write on this thread's device
+        (and the slab's own); the mapping keeps the memory."""
+        lib = self.lib
+        h = ctypes.c_ulonglong()
+        self._check(lib.cuMemImportFromShareableHandle(ctypes.byref(h), ctypes.c_void_p(fd),
+                                                       _CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                    "cuMemImportFromShareableHandle")
+        va = ctypes.c_ulonglong()
+        try:
+            prop = _Prop()
+            self._check(lib.cuMemGetAllocationPropertiesFromHandle(ctypes.byref(prop), h),
+                        "cuMemGetAllocationPropertiesFromHandle")
+            self._check(lib.cuMemAddressReserve(ctypes.byref(va), size, 0, 0, 0), "cuMemAddressReserve")
             try:
-                _RUNTIME = _cupy_runtime()
-            except ImportError:
-                _RUNTIME = _ctypes_runtime()
-    return _RUNTIME
+                self._check(lib.cuMemMap(va, size, 0, h, 0), "cuMemMap")
+                dev = ctypes.c_int()
+                self._check(lib.cuCtxGetDevice(ctypes.byref(dev)), "cuCtxGetDevice")
+                devices = sorted({prop.location.id, dev.value})
+                access = (_Access * len(devices))(*[
+                    _Access(_Loc(_CU_MEM_LOCATION_TYPE_DEVICE, d), _CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+                    for d in devices])
+                rc = lib.cuMemSetAccess(va, size, access, len(devices))
+                if rc != 0:
+                    lib.cuMemUnmap(va, size)
+                    self._check(rc, "cuMemSetAccess")
+            except BaseException:
+                lib.cuMemAddressFree(va, size)
+                raise
+        finally:
+            lib.cuMemRelease(h)
+        return int(va.value)
+
+    def unmap(self, ptr: int, size: int) -> None:
+        self.lib.cuMemUnmap(ctypes.c_ulonglong(ptr), size)
+        self.lib.cuMemAddressFree(ctypes.c_ulonglong(ptr), size)
+
+
+_DRIVER: _Driver | None = None
+
+
+def _driver() -> _Driver:
+    global _DRIVER
+    if _DRIVER is None:
+        _DRIVER = _Driver()
+    return _DRIVER
 
 
 def fingerprint(checkpoint_dir: str, tp_size: int = 1, tp_rank: int = 0,
@@ -181,7 +228,67 @@ def fingerprint(checkpoint_dir: str, tp_size: int = 1, tp_rank: int = 0,
     return {"architecture": arch, "quant_method": quant, "quant_config_sha256": quant_sha,
             "revision": rev.digest(), "dtypes": ",".join(sorted(dtypes)), "tp_size": tp_size,
             "tp_rank": tp_rank, "cc_major": major, "cc_minor": minor,
-            "driver_version": _cuda_runtime()["driver_version"]()}
+            "driver_version": _driver().driver_version()}
+
+
+def _fetch_slabs(mnt: str, token: bytes) -> tuple[list[int], list[int]]:
+    """The slabs' descriptors and sizes that a token grants, from the mount's
+    socket .artfs/attach."""
+    path = os.path.join(mnt, ".artfs", "attach")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.settimeout(10.0)
+        try:
+            s.connect(path)
+            s.send(_SLABS_REQUEST.pack(SLABS_MAGIC, ABI_VERSION, token))
+            data, fds, flags, _ = socket.recv_fds(s, _SLABS_REPLY.size + 1, SLABS_MAX)
+        except OSError as e:
+            raise OSError(e.errno or errno.EIO, f"{path}: {e.strerror or e}") from None
+    try:
+        if not data:
+            raise OSError(errno.ECONNRESET, f"{path}: the daemon went before it replied")
+        if len(data) != _SLABS_REPLY.size or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            raise OSError(errno.EPROTO, f"{path}: not a reply of attach ABI {ABI_VERSION}")
+        magic, error, count, _, *sizes = _SLABS_REPLY.unpack(data)
+        if magic != SLABS_MAGIC:
+            raise OSError(errno.EPROTO, f"{path}: not a reply of attach ABI {ABI_VERSION}")
+        if error < 0:
+            raise OSError(-error, f"{path}: {os.strerror(-error)}")
+        if not 1 <= count <= SLABS_MAX or len(fds) != count:
+            raise OSError(errno.EPROTO, f"{path}: {count} slabs with {len(fds)} descriptors")
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return list(fds), sizes[:count]
+
+
+def _attach_and_fetch(fd: int, mnt: str, path: str,
+                      expect: Fingerprint) -> tuple[list[int], list[int]]:
+    """The attach ioctl on the open rank file, then the slabs its token
+    grants; again while the daemon that answered went before the slabs were
+    fetched (it restarted)."""
+    until = time.monotonic() + ATTACH_RETRY_S
+    while True:
+        buf = _pack_attach(expect)
+        fcntl.ioctl(fd, IOC_ATTACH, buf, True)
+        out = _ATTACH_OUT.unpack_from(buf, _ATTACH_HEAD.size + _FP.size)
+        count, token = out[2], out[4 + SLABS_MAX]
+        sizes = list(out[4:4 + SLABS_MAX])[:count]
+        if not 1 <= count <= SLABS_MAX:
+            raise OSError(errno.EIO, f"{path}: attach returned {count} slabs")
+        try:
+            fds, got = _fetch_slabs(mnt, token)
+        except OSError as e:
+            again = e.errno in (errno.ENOENT, errno.ECONNRESET, errno.ECONNREFUSED, errno.EPIPE)
+            if not again or time.monotonic() > until:
+                raise
+            time.sleep(0.002)
+            continue
+        if got != sizes:
+            for f in fds:
+                os.close(f)
+            raise OSError(errno.EPROTO, f"{path}: the slabs fetched are not those the attach named")
+        return fds, got
 
 
 def _pack_attach(fp: Fingerprint) -> bytearray:
@@ -199,15 +306,17 @@ class _Attachment:
     """The open rank file and the mapped slabs. Every attached tensor holds
     it (through its storage), so it closes when the last tensor is gone."""
 
-    def __init__(self, fd: int | None, ipc_close: Callable[[int], None]) -> None:
+    def __init__(self, fd: int | None, unmap: Callable[[int, int], None]) -> None:
         self.fd: int | None = fd
         self.slabs: list[int] = []
-        self._ipc_close = ipc_close
+        self.sizes: list[int] = []
+        self._unmap = unmap
 
     def close(self) -> None:
-        for ptr in self.slabs:
-            self._ipc_close(ptr)
+        for ptr, size in zip(self.slabs, self.sizes):
+            self._unmap(ptr, size)
         self.slabs = []
+        self.sizes = []
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -299,23 +408,21 @@ def attach_weights(weight_version: str, rank: int = 0, checkpoint_dir: str | Non
             tp = len(ranks)
         expect = fingerprint(checkpoint_dir, tp, 0 if tp == 1 else rank, device)
     import torch
-    rt = _cuda_runtime()
     torch.cuda.set_device(device)
+    drv = _driver()
     path = os.path.join(mnt, weight_version, "weights", f"rank{rank}")
     fd = os.open(path, os.O_RDONLY)
-    att = _Attachment(fd, rt["ipc_close"])
+    att = _Attachment(fd, drv.unmap)
     weights = AttachedWeights(att)
     try:
-        buf = _pack_attach(expect)
-        fcntl.ioctl(fd, IOC_ATTACH, buf, True)
-        off = _ATTACH_HEAD.size + _FP.size
-        _uuid, _dev, count, _total = _ATTACH_OUT.unpack_from(buf, off)
-        off += _ATTACH_OUT.size
-        if not 1 <= count <= SLABS_MAX:
-            raise OSError(errno.EIO, f"attach returned {count} slabs")
-        for i in range(count):
-            handle, _size = _SLAB.unpack_from(buf, off + i * _SLAB.size)
-            att.slabs.append(rt["ipc_open"](handle))
+        fds, sizes = _attach_and_fetch(fd, mnt, path, expect)
+        try:
+            for slab_fd, size in zip(fds, sizes):
+                att.slabs.append(drv.import_fd(slab_fd, size))
+                att.sizes.append(size)
+        finally:
+            for slab_fd in fds:
+                os.close(slab_fd)  # the mapping keeps the memory
         with open(os.path.join(mnt, weight_version, "weights", "manifest.json")) as f:
             manifest = json.load(f)
         for name, t in manifest["ranks"][rank]["tensors"].items():
@@ -412,4 +519,4 @@ def manifest_fingerprint(weight_version: str, rank: int = 0, mount: str | None =
             "quant_config_sha256": bytes.fromhex(fp["quant_config_sha256"]),
             "revision": bytes.fromhex(fp["revision"]), "dtypes": fp["dtypes"],
             "tp_size": fp["tp_size"], "tp_rank": fp["tp_rank"], "cc_major": major,
-            "cc_minor": minor, "driver_version": _cuda_runtime()["driver_version"]()}
+            "cc_minor": minor, "driver_version": _driver().driver_version()}

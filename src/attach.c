@@ -1,0 +1,202 @@
+#include "autoconf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "attach.h"
+#include "log.h"
+
+#define BACKLOG 256
+
+int attach_request_parse(const void *buf, size_t len, struct artfs_slabs_request *req)
+{
+	if (len != sizeof(*req))
+		return -EPROTO;
+	memcpy(req, buf, sizeof(*req));
+	if (req->magic != ARTFS_SLABS_MAGIC || req->abi != ARTFS_ABI_VERSION)
+		return -EPROTO;
+	return 0;
+}
+
+static int send_reply(int conn, const struct artfs_slabs_reply *r, const int *fds, uint32_t n)
+{
+	struct iovec iov = { .iov_base = (void *)r, .iov_len = sizeof(*r) };
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * ARTFS_SLABS_MAX)];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (n) {
+		memset(&u, 0, sizeof(u));
+		msg.msg_control = u.buf;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
+	}
+	for (;;) {
+		ssize_t sent = sendmsg(conn, &msg, MSG_NOSIGNAL);
+		if (sent == (ssize_t)sizeof(*r))
+			return 0;
+		if (sent < 0 && errno == EINTR)
+			continue;
+		return sent < 0 ? -errno : -EPROTO;
+	}
+}
+
+int attach_serve_conn(int conn, attach_resolve_fn resolve, void *ctx, int timeout_ms)
+{
+	/* One byte more than a request: a longer message is not one. */
+	uint8_t buf[sizeof(struct artfs_slabs_request) + 1];
+	struct artfs_slabs_request req;
+	struct artfs_slabs_reply reply;
+	struct attach_slabs slabs;
+	struct pollfd p = { .fd = conn, .events = POLLIN };
+	int r;
+
+	while ((r = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR)
+		;
+	if (r <= 0)
+		return r == 0 ? -ETIMEDOUT : -errno;
+	ssize_t n;
+	while ((n = recv(conn, buf, sizeof(buf), MSG_DONTWAIT | MSG_TRUNC)) < 0 && errno == EINTR)
+		;
+	if (n < 0)
+		return -errno;
+	memset(&reply, 0, sizeof(reply));
+	reply.magic = ARTFS_SLABS_MAGIC;
+	memset(&slabs, 0, sizeof(slabs));
+	int rc = attach_request_parse(buf, (size_t)n, &req);
+	if (rc == 0)
+		rc = resolve(ctx, req.token, &slabs);
+	if (rc == 0 && (slabs.count == 0 || slabs.count > ARTFS_SLABS_MAX))
+		rc = -EIO;
+	if (rc < 0) {
+		for (uint32_t i = 0; i < slabs.count && i < ARTFS_SLABS_MAX; i++)
+			close(slabs.fd[i]);
+		reply.error = rc;
+		return send_reply(conn, &reply, NULL, 0);
+	}
+	reply.slab_count = slabs.count;
+	memcpy(reply.slab_size, slabs.size, sizeof(uint64_t) * slabs.count);
+	rc = send_reply(conn, &reply, slabs.fd, slabs.count);
+	for (uint32_t i = 0; i < slabs.count; i++)
+		close(slabs.fd[i]);
+	return rc;
+}
+
+int attach_socket_make(const char *path, char *err, size_t errlen)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+
+	if (strlen(path) >= sizeof(a.sun_path)) {
+		snprintf(err, errlen, "%s: longer than a socket's path may be", path);
+		return -ENAMETOOLONG;
+	}
+	strcpy(a.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		snprintf(err, errlen, "socket: %s", strerror(errno));
+		return -errno;
+	}
+	if (unlink(path) < 0 && errno != ENOENT) {
+		int e = errno;
+		snprintf(err, errlen, "unlink %s: %s", path, strerror(e));
+		close(fd);
+		return -e;
+	}
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, BACKLOG) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "bind %s: %s", path, strerror(e));
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+struct attach_server {
+	pthread_t thread;
+	int listen_fd;
+	int stop[2];
+	attach_resolve_fn resolve;
+	void *ctx;
+};
+
+static void *serve_main(void *arg)
+{
+	struct attach_server *s = arg;
+	struct pollfd p[2] = { { .fd = s->listen_fd, .events = POLLIN },
+			       { .fd = s->stop[0], .events = POLLIN } };
+
+	for (;;) {
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			log_err("attach socket: poll: %s", strerror(errno));
+			return NULL;
+		}
+		if (p[1].revents)
+			return NULL;
+		if (!(p[0].revents & POLLIN))
+			continue;
+		int conn = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (conn < 0) {
+			if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
+				log_warn("attach socket: accept: %s", strerror(errno));
+			continue;
+		}
+		int rc = attach_serve_conn(conn, s->resolve, s->ctx, 1000);
+		if (rc < 0 && rc != -EPIPE && rc != -ECONNRESET)
+			log_warn("attach socket: a client's request: %s", strerror(-rc));
+		close(conn);
+	}
+}
+
+struct attach_server *attach_server_start(int listen_fd, attach_resolve_fn resolve, void *ctx)
+{
+	struct attach_server *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->listen_fd = listen_fd;
+	s->resolve = resolve;
+	s->ctx = ctx;
+	/* The listening socket is shared with the holder and the next daemon:
+	 * accept must not block here when another took the connection. */
+	int fl = fcntl(listen_fd, F_GETFL);
+	if (fl < 0 || fcntl(listen_fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
+	    pipe2(s->stop, O_CLOEXEC) < 0) {
+		free(s);
+		return NULL;
+	}
+	if (pthread_create(&s->thread, NULL, serve_main, s) != 0) {
+		close(s->stop[0]);
+		close(s->stop[1]);
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+void attach_server_stop(struct attach_server *s)
+{
+	if (!s)
+		return;
+	if (write(s->stop[1], "s", 1) != 1)
+		log_warn("attach socket: cannot stop its thread: %s", strerror(errno));
+	pthread_join(s->thread, NULL);
+	close(s->stop[0]);
+	close(s->stop[1]);
+	free(s);
+}
