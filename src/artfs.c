@@ -104,14 +104,37 @@ struct daemon {
 	struct takeover tk;
 	pthread_t control;
 	bool control_started;
-	const char *mountpoint;
 	/* .artfs/attach: the listening socket (the holder keeps it too) and
 	 * the thread that serves it; the thread that binds it first. */
 	int attach_fd;
 	struct attach_server *attach;
 	pthread_t attach_bind;
-	bool attach_binding;
+	struct attach_binder *binder;
 };
+
+/* What the binding thread shares with the daemon: its mknod is a request
+ * of this mount, which may stay unanswered once the daemon stops serving
+ * (it ends only when the FUSE file closes), so the daemon never waits for
+ * it: it says it stops, and the thread, when its bind returns, touches
+ * nothing of the daemon's any more. The last of the two frees it. */
+struct attach_binder {
+	pthread_mutex_t mu;
+	struct daemon *d;
+	bool stopping, done;
+	int refs;
+	char mountpoint[PATH_MAX];
+};
+
+static void binder_put(struct attach_binder *b)
+{
+	bool last = --b->refs == 0;
+
+	pthread_mutex_unlock(&b->mu);
+	if (last) {
+		pthread_mutex_destroy(&b->mu);
+		free(b);
+	}
+}
 
 #define ATTACH_TAG "attach.sock"
 
@@ -143,9 +166,9 @@ static void attach_take(struct daemon *d)
  * to unmount (the holder then lets the socket go, and the clone with it). */
 static void *attach_bind_main(void *arg)
 {
-	struct daemon *d = arg;
-	char path[PATH_MAX], err[PATH_MAX + 64];
-	int tree = open_tree(AT_FDCWD, d->mountpoint, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+	struct attach_binder *b = arg;
+	char path[PATH_MAX + 64], err[PATH_MAX + 160];
+	int tree = open_tree(AT_FDCWD, b->mountpoint, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
 
 	if (tree >= 0)
 		snprintf(path, sizeof(path), "/proc/self/fd/%d/" ARTFS_INFO_DIR "/" ARTFS_ATTACH_SOCKET, tree);
@@ -153,30 +176,69 @@ static void *attach_bind_main(void *arg)
 		log_warn("attach socket: no clone of the mount to bind it through (%s): it holds the "
 			 "mount, which only a lazy unmount (umount -l) or stopping artfs ends",
 			 strerror(errno));
-		snprintf(path, sizeof(path), "%s/" ARTFS_INFO_DIR "/" ARTFS_ATTACH_SOCKET, d->mountpoint);
+		snprintf(path, sizeof(path), "%s/" ARTFS_INFO_DIR "/" ARTFS_ATTACH_SOCKET, b->mountpoint);
 	}
 	int fd = attach_socket_make(path, err, sizeof(err));
 	if (tree >= 0)
 		close(tree);
-	snprintf(path, sizeof(path), "%s/" ARTFS_INFO_DIR "/" ARTFS_ATTACH_SOCKET, d->mountpoint);
-	if (fd < 0) {
+	snprintf(path, sizeof(path), "%s/" ARTFS_INFO_DIR "/" ARTFS_ATTACH_SOCKET, b->mountpoint);
+	pthread_mutex_lock(&b->mu);
+	b->done = true;
+	if (b->stopping) {
+		if (fd >= 0)
+			close(fd);
+	} else if (fd < 0) {
 		log_err("attach socket: %s; engines cannot attach weights", err);
-		return NULL;
+	} else {
+		int rc = keeper_link_keep(&b->d->t->keeper, ATTACH_TAG, fd);
+		if (rc < 0)
+			log_warn("attach socket: the holder does not keep it (%s): the next daemon "
+				 "binds another", strerror(-rc));
+		attach_serve(b->d, fd);
+		log_info("attach socket: %s", path);
 	}
-	int rc = keeper_link_keep(&d->t->keeper, ATTACH_TAG, fd);
-	if (rc < 0)
-		log_warn("attach socket: the holder does not keep it (%s): the next daemon binds another",
-			 strerror(-rc));
-	attach_serve(d, fd);
-	log_info("attach socket: %s", path);
+	binder_put(b);
 	return NULL;
+}
+
+static void attach_bind_start(struct daemon *d, const char *mountpoint)
+{
+	struct attach_binder *b = calloc(1, sizeof(*b));
+
+	if (!b || strlen(mountpoint) >= sizeof(b->mountpoint)) {
+		free(b);
+		log_err("attach socket: cannot bind it (%s); engines cannot attach weights",
+			b ? "mount point too long" : "out of memory");
+		return;
+	}
+	pthread_mutex_init(&b->mu, NULL);
+	b->d = d;
+	b->refs = 2;
+	strcpy(b->mountpoint, mountpoint);
+	if (pthread_create(&d->attach_bind, NULL, attach_bind_main, b) != 0) {
+		log_err("attach socket: cannot start the thread that binds it; engines cannot "
+			"attach weights");
+		pthread_mutex_destroy(&b->mu);
+		free(b);
+		return;
+	}
+	d->binder = b;
 }
 
 static void attach_stop(struct daemon *d)
 {
-	if (d->attach_binding)
-		pthread_join(d->attach_bind, NULL);
-	d->attach_binding = false;
+	struct attach_binder *b = d->binder;
+
+	if (b) {
+		pthread_mutex_lock(&b->mu);
+		b->stopping = true;
+		if (b->done)
+			pthread_join(d->attach_bind, NULL); /* it has nothing left to do */
+		else
+			pthread_detach(d->attach_bind);
+		binder_put(b);
+		d->binder = NULL;
+	}
 	attach_server_stop(d->attach);
 	d->attach = NULL;
 	if (d->attach_fd >= 0)
@@ -279,9 +341,8 @@ static int serve(struct daemon *d, struct fuse_args *args, struct fuse_cmdline_o
 		 (unsigned long long)t->cfg->capacity);
 	unsigned threads = opts->singlethread ? 1
 			 : opts->max_threads != UINT_MAX ? opts->max_threads : 64;
-	d->mountpoint = opts->mountpoint;
 	if (!atomic_load(&t->attach_bound))
-		d->attach_binding = pthread_create(&d->attach_bind, NULL, attach_bind_main, d) == 0;
+		attach_bind_start(d, opts->mountpoint);
 	rc = fs_loop(se, threads, &t->held);
 	attach_stop(d);
 	/* The loop reports the signal that ended it; those are a clean exit. */
