@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
@@ -48,14 +49,21 @@ int gpu_devices(struct gpu_device *out, int cap, char *err, size_t errlen)
 static pthread_t warm_thread;
 static bool warm_started;
 static _Atomic int warm_stop;
+static unsigned warm_delay_ms;
 
 static void *warmup_main(void *arg)
 {
 	struct gpu_device devs[CACHE_MAX];
 	char err[256];
-	int n = gpu_devices(devs, CACHE_MAX, err, sizeof(err));
 
 	(void)arg;
+	/* Not even the driver before the delay: a process that opened it takes
+	 * tens of milliseconds more to end (the GPU host: 55 ms with the driver
+	 * open, 270 ms with a context and the pinned buffers), and its holder
+	 * learns of its death only then. */
+	for (unsigned waited = 0; waited < warm_delay_ms && !warm_stop; waited += 10)
+		nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
+	int n = warm_stop ? 0 : gpu_devices(devs, CACHE_MAX, err, sizeof(err));
 	for (int i = 0; i < n && !warm_stop; i++)
 		if (cudaSetDevice(devs[i].index) != cudaSuccess || cudaFree(NULL) != cudaSuccess)
 			cudaGetLastError();
@@ -74,8 +82,9 @@ static void *warmup_main(void *arg)
 	return NULL;
 }
 
-void gpu_warmup_start(void)
+void gpu_warmup_start(unsigned delay_ms)
 {
+	warm_delay_ms = delay_ms;
 	if (!warm_started)
 		warm_started = pthread_create(&warm_thread, NULL, warmup_main, NULL) == 0;
 }

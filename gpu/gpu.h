@@ -26,9 +26,11 @@ struct gpu_device {
 int gpu_devices(struct gpu_device *out, int cap, char *err, size_t errlen);
 
 /* Starts readying every GPU in the background (contexts, peer access) so
- * that the first load or publish does not pay for it; stop waits for it.
+ * that the first load or publish does not pay for it, after delay_ms (a
+ * daemon that takes over waits, so that engines attaching just after a
+ * restart do not make their contexts beside it); stop waits for it.
  * Called once the daemon has daemonized. */
-void gpu_warmup_start(void);
+void gpu_warmup_start(unsigned delay_ms);
 void gpu_warmup_stop(void);
 
 /* One tensor's bytes: where they are in which file, where they go in the slab. */

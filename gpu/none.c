@@ -47,8 +47,9 @@ int gpu_publish(struct gpu_publish *p, char *err, size_t errlen)
 	return -ENODEV;
 }
 
-void gpu_warmup_start(void)
+void gpu_warmup_start(unsigned delay_ms)
 {
+	(void)delay_ms;
 }
 
 void gpu_warmup_stop(void)

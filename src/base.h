@@ -98,6 +98,7 @@ struct tree {
 	/* A released handle's number goes (src/ids.c sets it). */
 	void (*handle_unbind)(struct tree *t, struct handle *h);
 	bool scan_deferred;       /* the store is indexed at tree_take_over */
+	bool took_over;           /* a daemon served this mount before */
 	pthread_t node_scan;      /* learns the free node slots after a takeover */
 	bool node_scan_started;
 };

@@ -111,6 +111,7 @@ int tree_open_start(struct tree *t, struct artfs_config *cfg, const struct tree_
 			goto fail;
 	}
 	t->scan_deferred = start->defer_scan;
+	t->took_over = start->takeover;
 	return 0;
 fail:
 	tree_close(t);

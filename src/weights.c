@@ -718,11 +718,44 @@ int weights_unload(struct tree *t, const char *wv)
 	return 0;
 }
 
+/* How long a daemon that took over waits before it makes its GPU contexts
+ * (ARTFS_WARMUP_DELAY_MS, default 2 s): engines attach right after a
+ * restart, and a context made beside theirs slowed their attach by up to
+ * a third on the GPU host. A load that comes first makes them itself. */
+static unsigned warmup_delay_ms(const struct tree *t)
+{
+	const char *env = getenv("ARTFS_WARMUP_DELAY_MS");
+	char *end;
+
+	if (!t->took_over)
+		return 0;
+	if (env && *env) {
+		unsigned long ms = strtoul(env, &end, 10);
+		if (!*end && ms <= 60000)
+			return (unsigned)ms;
+	}
+	return 2000;
+}
+
+static bool has_weights(struct tree *t, const char *wv)
+{
+	pthread_mutex_lock(&t->lock);
+	struct version *v = index_version_find(&t->idx, wv);
+	bool has = v && v->weights;
+	pthread_mutex_unlock(&t->lock);
+	return has;
+}
+
+/* The config's weights.<wv> = dir: loaded at the mount, and by a daemon
+ * that took over only where the daemon before had not finished them
+ * (those it had are served from the holder's descriptors). */
 void weights_preload(struct tree *t)
 {
-	gpu_warmup_start();
+	gpu_warmup_start(warmup_delay_ms(t));
 	for (unsigned i = 0; i < t->cfg->nweights; i++) {
 		const struct config_weights *cw = &t->cfg->weights[i];
+		if (t->took_over && has_weights(t, cw->version))
+			continue;
 		int rc = weights_load(t, cw->version, cw->dir, "");
 		if (rc < 0)
 			log_err("config: weights.%s = %s: %s", cw->version, cw->dir, strerror(-rc));

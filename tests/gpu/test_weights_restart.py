@@ -106,3 +106,37 @@ def test_unprivileged_and_namespaced_engines_attach(daemon):
                            text=True, env=env)
     assert apart.returncode == 0 and apart.stdout.startswith("ATTACHED"), apart.stderr
     artfsctl("unload", "t-u")
+
+
+def test_preloaded_weights_are_taken_over_not_loaded_again(tmp_path):
+    """weights.<wv> = dir in config=: a daemon that takes over serves the
+    preloaded version from the holder's descriptors; it neither reads the
+    checkpoint again nor allocates a second copy, and logs no error."""
+    import conftest
+    small = make_checkpoint("small", 0.1, "--files", "2", "--seed", "5")
+    conf = tmp_path / "artfs.conf"
+    conf.write_text(f"ttl = 0\nweights.pre = {small}\n")
+    mnt, store, log = str(tmp_path / "mnt"), str(tmp_path / "store"), tmp_path / "daemon.log"
+    os.makedirs(mnt)
+    proc = subprocess.Popen([os.path.join(conftest.BUILD, "artfs"), "-f", "-o",
+                             f"store={store},config={conf}", mnt],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    try:
+        st = os.path.join(mnt, "pre", "weights", "status")
+        assert wait_for(lambda: os.path.exists(st) and "state = ready" in open(st).read(), 120)
+        pid = daemon_pid(proc.pid)
+        os.kill(pid, 9)
+        assert wait_for(lambda: daemon_pid(proc.pid) != pid, 30)
+        new = daemon_pid(proc.pid)
+        text = open(st).read()
+        assert "state = ready" in text and "taken_over = yes" in text, text
+        assert finish(engine("compare", mnt, "pre", "0", small)).startswith("OK")
+        time.sleep(3)  # past the taken-over daemon's warm-up delay
+        assert read_bytes(new) < 64 << 20
+        out = log.read_text()
+        after = out.split("died", 1)[-1]
+        assert "died" in out and "config: weights.pre" not in out, out
+        assert "weights pre: loading" not in after, after
+    finally:
+        subprocess.run(["umount", mnt])
+        proc.wait(timeout=60)
