@@ -276,6 +276,9 @@ def main():
         except subprocess.TimeoutExpired:
             holder.kill()
         log.close()
+        if os.environ.get("ARTFS_BENCH_LOG"):  # keep the daemons' log
+            subprocess.run(["cp", os.path.join(base, "artfs.log"), os.environ["ARTFS_BENCH_LOG"]],
+                           check=False)
         if len(sys.argv) <= 3 or not sys.argv[3]:
             subprocess.run(["rm", "-rf", base], check=False)
         else:
