@@ -242,6 +242,26 @@ static void version_stat(struct tree *t, struct version *v, struct stat *st)
 	st->st_ctim.tv_sec = v->created;
 }
 
+/* A key's file is the envelope as published: its size is the store file's. */
+static int key_getattr(struct tree *t, struct node *n, struct stat *st, double *timeout)
+{
+	struct object *o = object_of_key(n);
+	uint64_t size = atomic_load(&o->file_size);
+
+	if (o->state == OBJECT_COMMITTED) {
+		int rc = object_envelope_size(t, o, &size);
+		if (rc < 0)
+			return rc;
+	}
+	tree_object_stat(t, o, st);
+	st->st_ino = node_id(t, n);
+	st->st_size = (off_t)size;
+	st->st_blocks = (blkcnt_t)((size + 511) / 512);
+	if (o->state == OBJECT_PUBLISHING)
+		*timeout = UPLOAD_ATTR_TIMEOUT;
+	return 0;
+}
+
 int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeout)
 {
 	*timeout = CACHE_FOREVER;
@@ -292,23 +312,8 @@ int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeou
 		stat_common(t, n, st, S_IFDIR | 0777);
 		*timeout = DIR_ATTR_TIMEOUT;
 		return 0;
-	case NODE_KEY: {
-		/* The envelope as published: its size is the store file's. */
-		struct object *o = object_of_key(n);
-		uint64_t size = atomic_load(&o->file_size);
-		if (o->state == OBJECT_COMMITTED) {
-			int rc = object_envelope_size(t, o, &size);
-			if (rc < 0)
-				return rc;
-		}
-		tree_object_stat(t, o, st);
-		st->st_ino = node_id(t, n);
-		st->st_size = (off_t)size;
-		st->st_blocks = (blkcnt_t)((size + 511) / 512);
-		if (o->state == OBJECT_PUBLISHING)
-			*timeout = UPLOAD_ATTR_TIMEOUT;
-		return 0;
-	}
+	case NODE_KEY:
+		return key_getattr(t, n, st, timeout);
 	case NODE_OBJECT: {
 		struct object *o = (struct object *)n;
 		if (o->state == OBJECT_COMMITTED) {
