@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -40,6 +41,10 @@
 #define INIT_BUF (64u << 10)
 /* How long a daemon started for an upgrade may take to be ready. */
 #define UPGRADE_READY_MS 60000
+/* How long the daemon of a mount that was unmounted may take to end before
+ * the holder aborts the FUSE connection under it (a thread of its own may
+ * wait in the kernel for an answer no daemon will give). */
+#define UNMOUNTED_END_MS 2000
 
 struct daemon {
 	pid_t pid;
@@ -52,7 +57,9 @@ struct holder {
 	const struct holder_options *o;
 	int mountinfo_fd;          /* /proc/self/mountinfo: POLLPRI when mounts change */
 	uint64_t mnt_id;           /* the mount's id there */
+	unsigned conn;             /* its FUSE connection (the device's minor) */
 	bool unmounted;            /* it is gone from the mount table */
+	int64_t end_by;            /* unmounted: when its daemon must have ended */
 	char exe[PATH_MAX];        /* the binary on disk, for every daemon */
 	int fuse_fd;               /* /dev/fuse, without close-on-exec */
 	int held_fd;
@@ -425,7 +432,7 @@ static bool on_signal(struct holder *h)
 /* The id of the last mount of fuse.artfs at path in /proc/self/mountinfo
  * (whose text is read from fd), or 0 when there is none. Paths there escape
  * a space, tab, newline and backslash as \ooo. */
-static uint64_t mount_id_at(int fd, const char *path)
+static uint64_t mount_id_at(int fd, const char *path, unsigned *minor_out)
 {
 	char *text = NULL, esc[PATH_MAX * 4];
 	size_t len = 0, cap = 0;
@@ -460,11 +467,15 @@ static uint64_t mount_id_at(int fd, const char *path)
 		if (next)
 			*next++ = '\0';
 		unsigned long long id;
+		unsigned major, minor;
 		char mp[sizeof(esc)], *sep = strstr(line, " - ");
 		_Static_assert(sizeof(mp) == 16384, "the width below");
-		if (sep && sscanf(line, "%llu %*u %*s %*s %16383s", &id, mp) == 2 && strcmp(mp, esc) == 0 &&
-		    strncmp(sep + 3, "fuse.artfs ", 11) == 0)
+		if (sep && sscanf(line, "%llu %*u %u:%u %*s %16383s", &id, &major, &minor, mp) == 4 &&
+		    strcmp(mp, esc) == 0 && strncmp(sep + 3, "fuse.artfs ", 11) == 0) {
 			found = id;
+			if (minor_out)
+				*minor_out = minor;
+		}
 		line = next;
 	}
 	free(text);
@@ -476,13 +487,49 @@ static uint64_t mount_id_at(int fd, const char *path)
  * keep the file system alive unseen). */
 static void on_mounts_changed(struct holder *h)
 {
-	if (h->unmounted || !h->mnt_id || mount_id_at(h->mountinfo_fd, h->o->mountpoint) == h->mnt_id)
+	if (h->unmounted || !h->mnt_id ||
+	    mount_id_at(h->mountinfo_fd, h->o->mountpoint, NULL) == h->mnt_id)
 		return;
 	h->unmounted = true;
+	h->end_by = now_ns() + (int64_t)UNMOUNTED_END_MS * 1000000;
 	log_info("holder: %s was unmounted; stopping", h->o->mountpoint);
 	keeper_store_drop(h->kept, "", true); /* the attach socket, kept slabs: the mount is over */
 	stop_daemon(&h->cur, SIGTERM);
 	stop_daemon(&h->next, SIGKILL);
+}
+
+/* The daemon of an unmounted mount did not end: the FUSE connection is
+ * aborted (fusectl, mounted if it is not), so that every request waiting
+ * for an answer fails, and the daemon is killed. */
+static void abort_connection(struct holder *h)
+{
+	char path[96];
+	int fd = -1;
+
+	snprintf(path, sizeof(path), "/sys/fs/fuse/connections/%u/abort", h->conn);
+	for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+		fd = open(path, O_WRONLY | O_CLOEXEC);
+		if (fd < 0 && attempt == 0 && errno == ENOENT)
+			mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, NULL);
+	}
+	bool done = fd >= 0 && write(fd, "1", 1) == 1;
+	log_warn("holder: daemon %ld did not end within %d s of the unmount; %s; killing it",
+		 (long)h->cur.pid, UNMOUNTED_END_MS / 1000,
+		 done ? "aborted its FUSE connection" : "cannot abort its FUSE connection");
+	if (fd >= 0)
+		close(fd);
+	stop_daemon(&h->cur, SIGKILL);
+}
+
+/* What poll waits for at most: an upgrade's daemon to be ready, or the
+ * daemon of an unmounted mount to end; -1: nothing. */
+static int serve_timeout(const struct holder *h)
+{
+	if (h->unmounted && h->end_by && h->cur.pid > 0) {
+		int64_t left = (h->end_by - now_ns()) / 1000000;
+		return left > 0 ? (int)left : 0;
+	}
+	return h->next.pid > 0 && !h->next.ready ? UPGRADE_READY_MS : -1;
 }
 
 static void serve(struct holder *h)
@@ -494,10 +541,14 @@ static void serve(struct holder *h)
 			{ .fd = h->next.ctl, .events = POLLIN }, { .fd = h->next.fds, .events = POLLIN },
 			{ .fd = h->mnt_id ? h->mountinfo_fd : -1, .events = POLLPRI },
 		};
-		int timeout = h->next.pid > 0 && !h->next.ready ? UPGRADE_READY_MS : -1;
-		int n = poll(p, 6, timeout);
+		int n = poll(p, 6, serve_timeout(h));
 		if (n < 0 && errno != EINTR)
 			return;
+		if (n == 0 && h->unmounted && h->end_by) {
+			h->end_by = 0; /* once */
+			abort_connection(h);
+			continue;
+		}
 		if (n == 0) {
 			log_err("holder: the upgrade's daemon %ld was not ready within %d s; stopped",
 				(long)h->next.pid, UPGRADE_READY_MS / 1000);
@@ -547,7 +598,7 @@ static int mount_and_record(struct holder *h, struct fuse_session *se)
 		return -EIO;
 	h->mountinfo_fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
 	if (h->mountinfo_fd >= 0)
-		h->mnt_id = mount_id_at(h->mountinfo_fd, h->o->mountpoint);
+		h->mnt_id = mount_id_at(h->mountinfo_fd, h->o->mountpoint, &h->conn);
 	if (!h->mnt_id)
 		log_warn("holder: %s is not in /proc/self/mountinfo: an unmount is seen only when the "
 			 "file system ends", h->o->mountpoint);

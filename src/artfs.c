@@ -110,6 +110,7 @@ struct daemon {
 	struct attach_server *attach;
 	pthread_t attach_bind;
 	struct attach_binder *binder;
+	bool binder_left;      /* its bind was never answered: see run_daemon */
 };
 
 /* What the binding thread shares with the daemon: its mknod is a request
@@ -232,10 +233,12 @@ static void attach_stop(struct daemon *d)
 	if (b) {
 		pthread_mutex_lock(&b->mu);
 		b->stopping = true;
-		if (b->done)
+		if (b->done) {
 			pthread_join(d->attach_bind, NULL); /* it has nothing left to do */
-		else
+		} else {
 			pthread_detach(d->attach_bind);
+			d->binder_left = true;
+		}
 		binder_put(b);
 		d->binder = NULL;
 	}
@@ -395,6 +398,15 @@ static int run_daemon(struct artfs_config *cfg, struct fuse_args *args,
 	if (d.control_started) {
 		shutdown(d.tk.ctl, SHUT_RDWR);
 		pthread_join(d.control, NULL);
+	}
+	if (d.binder_left) {
+		/* A thread still waits in the kernel for the answer to its bind,
+		 * which no daemon will give (the mount is over): it cannot even be
+		 * stopped (a sanitizer's exit handler waits for that forever), so
+		 * the process ends without its exit handlers; ending kills it. */
+		log_info("the attach socket's bind was left unanswered; ending");
+		fflush(NULL);
+		_exit(rc);
 	}
 	return rc;
 }

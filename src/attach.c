@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "attach.h"
@@ -133,34 +134,92 @@ struct attach_server {
 	void *ctx;
 };
 
+/* Connections whose request has not come yet: each is served when its
+ * request is there, so that a client that connects and says nothing holds
+ * up no other; one is dropped after its REQUEST_WAIT_MS, and the oldest
+ * when PENDING_MAX wait. */
+#define PENDING_MAX 64
+#define REQUEST_WAIT_MS 1000
+
+struct pending {
+	int fd[PENDING_MAX];
+	int64_t until_ms[PENDING_MAX];
+	unsigned n;
+};
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void pending_drop(struct pending *q, unsigned i)
+{
+	close(q->fd[i]);
+	q->n--;
+	memmove(&q->fd[i], &q->fd[i + 1], (q->n - i) * sizeof(q->fd[0]));
+	memmove(&q->until_ms[i], &q->until_ms[i + 1], (q->n - i) * sizeof(q->until_ms[0]));
+}
+
+static void accept_one(struct attach_server *s, struct pending *q)
+{
+	int conn = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+	if (conn < 0) {
+		if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
+			log_warn("attach socket: accept: %s", strerror(errno));
+		return;
+	}
+	if (q->n == PENDING_MAX) {
+		log_warn("attach socket: %d clients connected without a request; the oldest is dropped",
+			 PENDING_MAX);
+		pending_drop(q, 0);
+	}
+	q->fd[q->n] = conn;
+	q->until_ms[q->n++] = mono_ms() + REQUEST_WAIT_MS;
+}
+
 static void *serve_main(void *arg)
 {
 	struct attach_server *s = arg;
-	struct pollfd p[2] = { { .fd = s->listen_fd, .events = POLLIN },
-			       { .fd = s->stop[0], .events = POLLIN } };
+	struct pending q = { .n = 0 };
+	struct pollfd p[2 + PENDING_MAX];
 
 	for (;;) {
-		if (poll(p, 2, -1) < 0) {
+		int64_t now = mono_ms(), wait = -1;
+		p[0] = (struct pollfd){ .fd = s->listen_fd, .events = POLLIN };
+		p[1] = (struct pollfd){ .fd = s->stop[0], .events = POLLIN };
+		for (unsigned i = 0; i < q.n; i++) {
+			p[2 + i] = (struct pollfd){ .fd = q.fd[i], .events = POLLIN };
+			int64_t left = q.until_ms[i] > now ? q.until_ms[i] - now : 0;
+			wait = wait < 0 || left < wait ? left : wait;
+		}
+		if (poll(p, 2 + q.n, (int)wait) < 0) {
 			if (errno == EINTR)
 				continue;
 			log_err("attach socket: poll: %s", strerror(errno));
-			return NULL;
+			break;
 		}
 		if (p[1].revents)
-			return NULL;
-		if (!(p[0].revents & POLLIN))
-			continue;
-		int conn = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-		if (conn < 0) {
-			if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
-				log_warn("attach socket: accept: %s", strerror(errno));
-			continue;
+			break;
+		now = mono_ms();
+		for (unsigned i = q.n; i-- > 0;) { /* from the end: drops move the rest down */
+			if (!p[2 + i].revents && q.until_ms[i] > now)
+				continue;
+			int rc = p[2 + i].revents ? attach_serve_conn(q.fd[i], s->resolve, s->ctx, 0)
+						  : -ETIMEDOUT;
+			if (rc < 0 && rc != -EPIPE && rc != -ECONNRESET)
+				log_warn("attach socket: a client's request: %s", strerror(-rc));
+			pending_drop(&q, i);
 		}
-		int rc = attach_serve_conn(conn, s->resolve, s->ctx, 1000);
-		if (rc < 0 && rc != -EPIPE && rc != -ECONNRESET)
-			log_warn("attach socket: a client's request: %s", strerror(-rc));
-		close(conn);
+		if (p[0].revents & POLLIN)
+			accept_one(s, &q);
 	}
+	while (q.n)
+		pending_drop(&q, q.n - 1);
+	return NULL;
 }
 
 struct attach_server *attach_server_start(int listen_fd, attach_resolve_fn resolve, void *ctx)

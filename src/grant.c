@@ -41,18 +41,29 @@ int grants_issue(struct grants *g, void *owner, int64_t now_ns,
 		got += (size_t)n;
 	}
 	pthread_mutex_lock(&g->mu);
+	struct grant *free_slot = NULL, *oldest = NULL;
+	unsigned own = 0;
 	for (size_t i = 0; i < GRANTS_MAX; i++) {
 		struct grant *s = &g->v[i];
-		if (s->expires_ns && s->expires_ns > now_ns)
+		if (!s->expires_ns || s->expires_ns <= now_ns) {
+			if (!free_slot)
+				free_slot = s;
 			continue;
+		}
+		if (s->owner != owner)
+			continue;
+		own++;
+		if (!oldest || s->expires_ns < oldest->expires_ns)
+			oldest = s;
+	}
+	struct grant *s = own >= GRANTS_PER_OWNER ? oldest : free_slot;
+	if (s) {
 		memcpy(s->token, token, ARTFS_ATTACH_TOKEN_SIZE);
 		s->owner = owner;
 		s->expires_ns = now_ns + GRANT_TTL_NS;
-		pthread_mutex_unlock(&g->mu);
-		return 0;
 	}
 	pthread_mutex_unlock(&g->mu);
-	return -EBUSY;
+	return s ? 0 : -EBUSY;
 }
 
 int grants_take(struct grants *g, const uint8_t token[ARTFS_ATTACH_TOKEN_SIZE], int64_t now_ns,

@@ -14,6 +14,7 @@
 #include "artfs/artfs.h"
 
 #define GRANTS_MAX 1024
+#define GRANTS_PER_OWNER 4   /* an open file's newest; its oldest makes room */
 #define GRANT_TTL_NS (30ll * 1000000000)
 
 struct grant {
@@ -30,7 +31,9 @@ struct grants {
 void grants_init(struct grants *g);
 void grants_destroy(struct grants *g);
 
-/* A new token for owner, valid until now_ns + GRANT_TTL_NS. 0, -EBUSY
+/* A new token for owner, valid until now_ns + GRANT_TTL_NS; an owner holds
+ * at most GRANTS_PER_OWNER (the new one takes the place of its oldest), so
+ * a client that asks again and again cannot crowd others out. 0, -EBUSY
  * (GRANTS_MAX tokens unused and unexpired), -EIO (no random bytes). */
 int grants_issue(struct grants *g, void *owner, int64_t now_ns,
 		 uint8_t token[ARTFS_ATTACH_TOKEN_SIZE]);

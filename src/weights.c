@@ -1416,6 +1416,14 @@ int weights_attach_check(const struct artfs_attach *req, const struct artfs_fing
 	return 0;
 }
 
+/* Whether rank r has a slab of these weights (w->mu): a rank file opened
+ * under a GPU-direct claim of more ranks than were then published has none. */
+static bool rank_served(const struct weights *w, int r)
+{
+	return r < w->nranks && r < w->load.nranks && w->granks[r].fd >= 0 &&
+	       (!w->gpu_direct || w->ranks[r].published);
+}
+
 static int weights_attach(struct tree *t, struct handle *h, const struct artfs_attach *in,
 			  struct artfs_attach *out)
 {
@@ -1433,6 +1441,7 @@ static int weights_attach(struct tree *t, struct handle *h, const struct artfs_a
 	pthread_mutex_lock(&w->mu);
 	enum weights_state state = w->state;
 	bool gone = w->unloaded;
+	bool served = state == READY && rank_served(w, rh->rank);
 	pthread_mutex_unlock(&w->mu);
 	if (gone) {
 		log_warn("attach %s/rank%d: the weights were unloaded", wv, rh->rank);
@@ -1442,6 +1451,11 @@ static int weights_attach(struct tree *t, struct handle *h, const struct artfs_a
 		return -EAGAIN;
 	if (state == FAILED)
 		return -EIO;
+	if (!served) {
+		log_warn("attach %s/rank%d: no such rank in the weights (%d ranks)", wv, rh->rank,
+			 w->nranks);
+		return -ESTALE;
+	}
 	if (!quant_allowed(t, &w->ckpt)) {
 		log_warn("attach %s/rank%d: quantization \"%s\" is not served zero-copy "
 			 "(allow_quant= does not name it)", wv, rh->rank, w->ckpt.quant_method);
@@ -1481,16 +1495,13 @@ static int slabs_of_grant(void *owner, void *ctx)
 	int rc = 0;
 
 	pthread_mutex_lock(&w->mu);
-	struct gpu_rank *g = &w->granks[rh->rank];
-	if (w->unloaded || w->gpu_freed)
+	if (w->unloaded || w->gpu_freed || !rank_served(w, rh->rank))
 		rc = -ESTALE;
-	else if (g->fd < 0)
-		rc = -EIO;
-	else if ((out->fd[0] = fcntl(g->fd, F_DUPFD_CLOEXEC, 0)) < 0)
+	else if ((out->fd[0] = fcntl(w->granks[rh->rank].fd, F_DUPFD_CLOEXEC, 0)) < 0)
 		rc = -errno;
 	if (rc == 0) {
 		out->count = 1;
-		out->size[0] = g->slab_size;
+		out->size[0] = w->granks[rh->rank].slab_size;
 	}
 	pthread_mutex_unlock(&w->mu);
 	return rc;
@@ -1569,6 +1580,8 @@ int weights_mkdir(struct tree *t, struct version *v, struct node **out)
 		empty_discard(w);
 		return -ENOMEM;
 	}
+	for (int r = 0; r < RANKS_MAX; r++)
+		w->granks[r].fd = -1; /* no slab yet: 0 would be a descriptor */
 	init_nodes(w, RANKS_MAX);
 	w->state = EMPTY;
 	w->gpu_direct = true;

@@ -168,16 +168,17 @@ class _Driver:
             self._check(lib.cuMemAddressReserve(ctypes.byref(va), size, 0, 0, 0), "cuMemAddressReserve")
             try:
                 self._check(lib.cuMemMap(va, size, 0, h, 0), "cuMemMap")
-                dev = ctypes.c_int()
-                self._check(lib.cuCtxGetDevice(ctypes.byref(dev)), "cuCtxGetDevice")
-                devices = sorted({prop.location.id, dev.value})
-                access = (_Access * len(devices))(*[
-                    _Access(_Loc(_CU_MEM_LOCATION_TYPE_DEVICE, d), _CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-                    for d in devices])
-                rc = lib.cuMemSetAccess(va, size, access, len(devices))
-                if rc != 0:
-                    lib.cuMemUnmap(va, size)
-                    self._check(rc, "cuMemSetAccess")
+                try:
+                    dev = ctypes.c_int()
+                    self._check(lib.cuCtxGetDevice(ctypes.byref(dev)), "cuCtxGetDevice")
+                    devices = sorted({prop.location.id, dev.value})
+                    access = (_Access * len(devices))(*[
+                        _Access(_Loc(_CU_MEM_LOCATION_TYPE_DEVICE, d),
+                                _CU_MEM_ACCESS_FLAGS_PROT_READWRITE) for d in devices])
+                    self._check(lib.cuMemSetAccess(va, size, access, len(devices)), "cuMemSetAccess")
+                except BaseException:
+                    lib.cuMemUnmap(va, size)  # the mapping would keep the memory
+                    raise
             except BaseException:
                 lib.cuMemAddressFree(va, size)
                 raise
@@ -231,6 +232,18 @@ def fingerprint(checkpoint_dir: str, tp_size: int = 1, tp_rank: int = 0,
             "driver_version": _driver().driver_version()}
 
 
+def _recv_with_fds(s: socket.socket, size: int, maxfds: int) -> tuple[bytes, list[int], int]:
+    """One message and the descriptors that came with it, close-on-exec (a
+    child this process starts must not keep the slabs; socket.recv_fds
+    drops its flags argument)."""
+    data, anc, flags, _ = s.recvmsg(size, socket.CMSG_LEN(maxfds * 4), socket.MSG_CMSG_CLOEXEC)
+    fds = []
+    for level, kind, cdata in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += struct.unpack(f"{len(cdata) // 4}i", cdata[:len(cdata) - len(cdata) % 4])
+    return data, fds, flags
+
+
 def _fetch_slabs(mnt: str, token: bytes) -> tuple[list[int], list[int]]:
     """The slabs' descriptors and sizes that a token grants, from the mount's
     socket .artfs/attach."""
@@ -240,7 +253,7 @@ def _fetch_slabs(mnt: str, token: bytes) -> tuple[list[int], list[int]]:
         try:
             s.connect(path)
             s.send(_SLABS_REQUEST.pack(SLABS_MAGIC, ABI_VERSION, token))
-            data, fds, flags, _ = socket.recv_fds(s, _SLABS_REPLY.size + 1, SLABS_MAX)
+            data, fds, flags = _recv_with_fds(s, _SLABS_REPLY.size + 1, SLABS_MAX)
         except OSError as e:
             raise OSError(e.errno or errno.EIO, f"{path}: {e.strerror or e}") from None
     try:
@@ -427,7 +440,13 @@ def attach_weights(weight_version: str, rank: int = 0, checkpoint_dir: str | Non
             manifest = json.load(f)
         for name, t in manifest["ranks"][rank]["tensors"].items():
             dt = getattr(torch, _TORCH_DTYPES[t["dtype"]])
-            raw = torch.as_tensor(_DeviceBytes(att.slabs[t["slab"]] + t["offset"], t["size"], att),
+            slab, off, size = t["slab"], t["offset"], t["size"]
+            if not (all(isinstance(v, int) for v in (slab, off, size)) and
+                    0 <= slab < len(att.slabs) and off >= 0 and size >= 0 and
+                    off + size <= att.sizes[slab]):
+                raise OSError(errno.EBADMSG, f"{weight_version}/rank{rank}: the manifest places "
+                              f"{name} outside the slabs the daemon sent")
+            raw = torch.as_tensor(_DeviceBytes(att.slabs[slab] + off, size, att),
                                   device=f"cuda:{device}")
             weights[name] = raw.view(dt).reshape(t["shape"])
     except BaseException:
