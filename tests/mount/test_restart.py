@@ -302,3 +302,31 @@ def test_a_daemon_that_takes_over_serves_before_its_index_is_whole(mnt):
     assert read_result(mnt.path(".keys", k)) == envs[hashes[42]]
     assert wait_for(lambda: mnt.metrics()["artfs_objects"] == n - 1)
     assert "their objects are indexed while the daemon serves" in mnt.log()
+
+
+def test_a_daemon_that_does_not_end_after_an_unmount_is_cut_off(tmp_path):
+    """A daemon that cannot end (here: stopped) after its mount was
+    unmounted: the holder aborts the FUSE connection 2 s later, kills it
+    and ends, instead of waiting for ever."""
+    from conftest import Mount
+    m = Mount(tmp_path).start()
+    pid = m.daemon_pid()
+    os.stat(m.path(".artfs", "metrics"))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # umount(8) would stat the mount point first, which waits for the
+        # stopped daemon: the system call alone.
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.umount2(m.mountpoint.encode(), 0) == 0, os.strerror(ctypes.get_errno())
+        m.proc.wait(timeout=20)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    log = m.log()
+    assert f"daemon {pid} did not end within 2 s of the unmount" in log, log
+    assert "aborted its FUSE connection" in log, log
+    assert not is_mounted(m.mountpoint)
+    m.proc = None
