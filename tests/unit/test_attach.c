@@ -107,6 +107,62 @@ START_TEST(test_one_owner_holds_a_few_tokens)
 }
 END_TEST
 
+/* Engines attach and close their rank files on many threads at once: a
+ * token serves once, for its own owner, never after its owner dropped it. */
+#define GRANT_THREADS 8
+#define GRANT_ROUNDS 2000
+
+struct grant_worker {
+	struct grants *g;
+	int owner;       /* its address is the owner */
+	int ok;
+};
+
+static int owner_is(void *owner, void *ctx)
+{
+	return owner == ctx ? 0 : -EPROTO;
+}
+
+static void *grant_worker_main(void *arg)
+{
+	struct grant_worker *w = arg;
+	uint8_t tok[ARTFS_ATTACH_TOKEN_SIZE];
+
+	w->ok = 1;
+	for (int i = 0; i < GRANT_ROUNDS; i++) {
+		w->ok &= grants_issue(w->g, &w->owner, 1000 + i, tok) == 0;
+		if (i % 5 == 4) { /* its file closes: the token is gone */
+			grants_drop_owner(w->g, &w->owner);
+			w->ok &= grants_take(w->g, tok, 1000 + i, owner_is, &w->owner) == -ENOENT;
+			continue;
+		}
+		w->ok &= grants_take(w->g, tok, 1000 + i, owner_is, &w->owner) == 0;
+		w->ok &= grants_take(w->g, tok, 1000 + i, owner_is, &w->owner) == -ENOENT;
+	}
+	return NULL;
+}
+
+START_TEST(test_tokens_on_many_threads_at_once)
+{
+	struct grants *g = malloc(sizeof(*g));
+	struct grant_worker w[GRANT_THREADS];
+	pthread_t th[GRANT_THREADS];
+
+	grants_init(g);
+	for (int i = 0; i < GRANT_THREADS; i++) {
+		w[i] = (struct grant_worker){ .g = g };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, grant_worker_main, &w[i]), 0);
+	}
+	for (int i = 0; i < GRANT_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_msg(w[i].ok, "thread %d", i);
+	}
+	ck_assert_uint_eq(grants_live(g, 1000), 0);
+	grants_destroy(g);
+	free(g);
+}
+END_TEST
+
 /* ---- the socket and the hand-over ---------------------------------------------------- */
 
 static int memfd_text(const char *text)
@@ -294,26 +350,46 @@ START_TEST(test_many_clients_at_once_each_get_their_slabs)
 	int lfd = attach_socket_make(path, err, sizeof(err));
 	ck_assert_int_ge(lfd, 0);
 	struct attach_server *s = attach_server_start(lfd, resolve, &f);
+	/* 16 processes at once; every fourth also keeps connections that say
+	 * nothing and sends requests of another wire, beside its own. */
 	pid_t kids[16];
 	for (int k = 0; k < 16; k++) {
 		kids[k] = fork();
 		if (kids[k] == 0) {
 			struct artfs_slabs_request req = { .magic = ARTFS_SLABS_MAGIC,
-							   .abi = ARTFS_ABI_VERSION };
+							   .abi = ARTFS_ABI_VERSION }, bad;
 			struct artfs_slabs_reply r;
-			int fds[ARTFS_SLABS_MAX], n;
+			int fds[ARTFS_SLABS_MAX], n, mutes[8], nmutes = 0;
+			struct sockaddr_un a = { .sun_family = AF_UNIX };
+			snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
 			memcpy(req.token, f.token, sizeof(req.token));
+			bad = req;
+			bad.magic ^= 1;
 			for (int round = 0; round < 50; round++) {
+				if (k % 4 == 0 && nmutes < 8 && round % 6 == 0) {
+					mutes[nmutes] = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+					if (connect(mutes[nmutes], (struct sockaddr *)&a, sizeof(a)) == 0)
+						nmutes++;
+					else
+						close(mutes[nmutes]);
+				}
+				if (k % 4 == 0 && (ask(path, &bad, sizeof(bad), &r, fds, &n) !=
+						   (ssize_t)sizeof(r) || r.error != -EPROTO || n != 0))
+					_exit(3);
 				if (ask(path, &req, sizeof(req), &r, fds, &n) != (ssize_t)sizeof(r) ||
 				    r.error != 0 || n != 3)
 					_exit(1);
-				for (int i = 0; i < 3; i++) {
-					struct stat st;
-					if (fstat(fds[i], &st) != 0 || st.st_size != i + 1)
+				for (int i = 0; i < 3; i++) { /* every byte of each slab */
+					char buf[8] = "";
+					const char *want = i == 0 ? "a" : i == 1 ? "bb" : "ccc";
+					if (pread(fds[i], buf, sizeof(buf) - 1, 0) != i + 1 ||
+					    strcmp(buf, want) != 0 || r.slab_size[i] != (uint64_t)(i + 1) << 21)
 						_exit(2);
 					close(fds[i]);
 				}
 			}
+			for (int i = 0; i < nmutes; i++)
+				close(mutes[i]);
 			_exit(0);
 		}
 	}
@@ -453,6 +529,7 @@ Suite *attach_suite(void)
 	tcase_add_test(tc, test_token_serves_once_for_its_owner);
 	tcase_add_test(tc, test_token_expires_and_the_table_is_bounded);
 	tcase_add_test(tc, test_one_owner_holds_a_few_tokens);
+	tcase_add_test(tc, test_tokens_on_many_threads_at_once);
 	tcase_add_test(tc, test_socket_hands_over_the_slabs_of_a_token);
 	tcase_add_test(tc, test_many_clients_at_once_each_get_their_slabs);
 	tcase_add_test(tc, test_record_decodes_to_what_was_encoded);

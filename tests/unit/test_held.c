@@ -342,6 +342,92 @@ START_TEST(test_keeper_keeps_descriptors_across_daemons)
 }
 END_TEST
 
+/* The daemon's link is shared by its threads (load threads keep slabs, a
+ * takeover fetches, unloads drop): many at once, each keeping, fetching
+ * back and dropping descriptors of its own, every byte compared, while the
+ * holder's side serves them in turn. */
+struct link_worker {
+	struct keeper_link *k;
+	int id;
+	int ok;
+};
+
+static void *link_worker_main(void *arg)
+{
+	struct link_worker *w = arg;
+	char tag[KEEPER_TAG_MAX], text[32], buf[32];
+
+	w->ok = 1;
+	for (int round = 0; round < 42; round++) { /* ends with a drop */
+		snprintf(tag, sizeof(tag), "w/%02d/s%d", w->id, round % 3);
+		snprintf(text, sizeof(text), "thread %02d round %02d", w->id, round);
+		int fd = file_with(text), got = -1;
+		w->ok &= keeper_link_keep(w->k, tag, fd) == 0;
+		close(fd);
+		memset(buf, 0, sizeof(buf));
+		w->ok &= keeper_link_fetch(w->k, tag, &got) == 0 &&
+			 pread(got, buf, sizeof(buf) - 1, 0) == (ssize_t)strlen(text) &&
+			 strcmp(buf, text) == 0;
+		if (got >= 0)
+			close(got);
+		if (round % 3 == 2) {
+			snprintf(tag, sizeof(tag), "w/%02d/", w->id);
+			uint32_t n = 0;
+			char seen[KEEPER_TAG_MAX];
+			for (int rc; (rc = keeper_link_next(w->k, tag, n, seen, &got)) == 0; n++) {
+				w->ok &= strncmp(seen, tag, strlen(tag)) == 0;
+				close(got);
+			}
+			w->ok &= n == 3 && keeper_link_drop(w->k, tag, true) == 0;
+		}
+	}
+	return NULL;
+}
+
+START_TEST(test_keeper_link_serves_many_threads_at_once)
+{
+	struct keeper_store *s = keeper_store_new();
+	int sv[2];
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	pid_t pid = fork();
+	if (pid == 0) { /* the daemon: 12 threads on one link */
+		close(sv[0]);
+		struct keeper_link k;
+		struct link_worker w[12];
+		pthread_t th[12];
+		int ok = 1;
+		keeper_link_init(&k, sv[1]);
+		for (int i = 0; i < 12; i++) {
+			w[i] = (struct link_worker){ .k = &k, .id = i };
+			ok &= pthread_create(&th[i], NULL, link_worker_main, &w[i]) == 0;
+		}
+		for (int i = 0; i < 12; i++) {
+			pthread_join(th[i], NULL);
+			ok &= w[i].ok;
+		}
+		keeper_link_destroy(&k);
+		_exit(ok ? 0 : 1);
+	}
+	close(sv[1]);
+	for (;;) {
+		struct keeper_msg m;
+		int fd;
+		int rc = keeper_recv(sv[0], &m, &fd, 20000);
+		if (rc == -ECONNRESET)
+			break;
+		ck_assert_int_eq(rc, 0);
+		ck_assert(keeper_store_serve(s, sv[0], &m, fd));
+	}
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "daemon side: %d", status);
+	ck_assert_uint_eq(keeper_store_count(s), 0); /* every thread dropped what it kept */
+	close(sv[0]);
+	keeper_store_free(s);
+}
+END_TEST
+
 START_TEST(test_keeper_store_replaces_drops_and_bounds)
 {
 	struct keeper_store *s = keeper_store_new();
@@ -409,6 +495,7 @@ Suite *held_suite(void)
 	tcase_add_test(tc, test_private_layout_serves_without_a_holder);
 	tcase_add_test(tc, test_keeper_keeps_descriptors_across_daemons);
 	tcase_add_test(tc, test_keeper_store_replaces_drops_and_bounds);
+	tcase_add_test(tc, test_keeper_link_serves_many_threads_at_once);
 	tcase_add_test(tc, test_keeper_refuses_what_is_not_its_wire);
 	suite_add_tcase(s, tc);
 	return s;
