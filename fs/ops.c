@@ -191,8 +191,10 @@ static bool by_self(fuse_req_t req)
 
 static void run_unlink(struct job *j)
 {
-	fuse_reply_err(j->req, -again(tree_unlink(tree_of(j->req), j->n, j->data, by_self(j->req)),
-				      -ENOENT));
+	/* Only .artfs/ asks who removes (one /proc lookup): not every unlink. */
+	bool self = j->n->type == NODE_INFO_DIR && by_self(j->req);
+
+	fuse_reply_err(j->req, -again(tree_unlink(tree_of(j->req), j->n, j->data, self), -ENOENT));
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)

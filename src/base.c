@@ -309,9 +309,6 @@ void transaction_memory_give(struct tree *t, uint64_t len)
 	atomic_fetch_sub(&t->materialize_held, len);
 }
 
-/* Maps size bytes for r (nothing for 0): 0, -EDQUOT when materialize_max=
- * has no room for them, -ENOMEM when the system has none. */
-
 const char *errno_name(int e)
 {
 	switch (e) {

@@ -178,6 +178,9 @@ struct handle_ops {
 	bool (*flush_quick)(struct tree *t, struct handle *h);
 	bool release_slow;    /* its release may block or take long (frees GPU memory; closes files) */
 	enum handle_kind held_kind;
+	/* A daemon that took over opened it again: it takes back what the
+	 * holder's memory keeps of it (optional). */
+	int (*resume)(struct tree *t, struct handle *h);
 	/* The daemon drained for an upgrade: what the handle has taken that
 	 * the next daemon cannot find again goes to its record in the holder's
 	 * memory (optional: most handles are opened again from their node). */

@@ -252,6 +252,7 @@ static bool get_read_quick(struct tree *t, struct handle *h)
 static const struct handle_ops get_ops = {
 	.kind = "get",
 	.held_kind = HANDLE_GET,
+	.resume = transaction_resume,
 	.read = transaction_read,
 	.write = get_write,
 	.release = get_release,

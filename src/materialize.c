@@ -643,6 +643,7 @@ static bool materialize_write_quick(struct tree *t, struct handle *h, size_t len
 static const struct handle_ops materialize_ops = {
 	.kind = "materialize",
 	.held_kind = HANDLE_MATERIALIZE,
+	.resume = transaction_resume,
 	.read = transaction_read,
 	.write = materialize_write,
 	.release = materialize_release,

@@ -133,8 +133,9 @@ static void request_text_free(struct tree *t, struct request_text *rt)
 	memset(rt, 0, sizeof(*rt));
 }
 
-int transaction_resume(struct tree *t, struct transaction *x)
+int transaction_resume(struct tree *t, struct handle *h)
 {
+	struct transaction *x = (struct transaction *)h;
 	struct held_handle *rec = ids_handle_record(t, x->h.fh);
 
 	if (!rec || !rec->text_cap)

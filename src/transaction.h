@@ -60,8 +60,9 @@ int transaction_fail(const struct transaction *x, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* Frees what the transaction holds (not x itself). */
 void transaction_release(struct tree *t, struct transaction *x);
-/* A transaction opened again by a daemon that takes over: its request as
- * written before, from the holder's memory (x->h.fh set). 0, -ENOMEM. */
-int transaction_resume(struct tree *t, struct transaction *x);
+/* A transaction (h, with its fh set) opened again by a daemon that takes
+ * over: its request as written before, from the holder's memory; the
+ * resume of its handle ops. 0, -ENOMEM. */
+int transaction_resume(struct tree *t, struct handle *h);
 
 #endif

@@ -1062,8 +1062,8 @@ struct handle *tree_handle(struct tree *t, uint64_t fh)
 		handle_put(t, h);
 		return mapped ? mapped : &no_handle;
 	}
-	if (h->ops->held_kind == HANDLE_MATERIALIZE || h->ops->held_kind == HANDLE_GET)
-		transaction_resume(t, (struct transaction *)h);
+	if (h->ops->resume) /* a remnant that stands for a dead one has none */
+		h->ops->resume(t, h);
 	return h;
 }
 

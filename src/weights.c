@@ -27,6 +27,7 @@
 #include "key.h"
 #include "log.h"
 #include "sha256.h"
+#include "store.h"
 #include "wblob.h"
 #include "weights.h"
 #include "wrecord.h"
@@ -1077,16 +1078,10 @@ static int memfd_with(const char *name, const char *text, size_t len)
 	int fd = memfd_create(name, MFD_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	for (size_t done = 0; done < len;) {
-		ssize_t n = write(fd, text + done, len - done);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			int e = n < 0 ? errno : EIO;
-			close(fd);
-			return -e;
-		}
-		done += (size_t)n;
+	int rc = store_pwrite_all(fd, text, len, 0);
+	if (rc < 0) {
+		close(fd);
+		return rc;
 	}
 	return fd;
 }
