@@ -352,11 +352,8 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 
 static void run_release(struct job *j)
 {
-	struct tree *t = tree_of(j->req);
-	uint64_t fh = tree_release_keeping_fh(t, j->h);
-
+	tree_release(tree_of(j->req), j->h);
 	fuse_reply_err(j->req, 0);
-	tree_release_done(t, fh);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -365,7 +362,6 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	if (!j.h) { /* a daemon before opened it, and this one never did */
 		fuse_reply_err(req, 0);
-		tree_release_done(tree_of(req), fi->fh);
 		return;
 	}
 	run_job(tree_release_quick(tree_of(req), j.h), &j);
@@ -419,12 +415,11 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct tree *t = tree_of(req);
-	struct handle *h = tree_released(t, fi->fh);
-	uint64_t fh = h ? tree_release_keeping_fh(t, h) : fi->fh;
+	struct handle *h = tree_released(tree_of(req), fi->fh);
 
+	if (h)
+		tree_releasedir(tree_of(req), h);
 	fuse_reply_err(req, 0);
-	tree_release_done(t, fh);
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)

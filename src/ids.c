@@ -270,15 +270,6 @@ struct handle *ids_handle_install(struct tree *t, uint64_t fh, struct handle *h)
 	return h;
 }
 
-/* Where this thread's next freed handle number goes instead of the
- * holder's free list (ids_defer_frees). */
-static _Thread_local uint64_t *deferred_fh;
-
-void ids_defer_frees(uint64_t *fh)
-{
-	deferred_fh = fh;
-}
-
 void ids_handle_unbind(struct tree *t, struct handle *h)
 {
 	if (!h->fh)
@@ -286,9 +277,6 @@ void ids_handle_unbind(struct tree *t, struct handle *h)
 	_Atomic(void *) *c = handle_cell(t, h->fh, false);
 	if (c)
 		atomic_store(c, NULL);
-	if (deferred_fh && !*deferred_fh)
-		*deferred_fh = h->fh; /* freed by the caller, later */
-	else
-		held_handle_free(&t->held, h->fh);
+	held_handle_free(&t->held, h->fh);
 	h->fh = 0;
 }

@@ -62,10 +62,6 @@ struct held_handle *ids_handle_record(struct tree *t, uint64_t fh);
 struct handle *ids_handle_install(struct tree *t, uint64_t fh, struct handle *h);
 /* h is released: its number goes. */
 void ids_handle_unbind(struct tree *t, struct handle *h);
-/* While fh is set, the handle numbers this thread frees are not given
- * back but stored in *fh (one; 0 before): the caller frees it later
- * (held_handle_free). NULL ends it. */
-void ids_defer_frees(uint64_t *fh);
 
 /* Sets how weights nodes are described (src/weights.c's). */
 void ids_set_weights_describe(void (*fn)(const struct node *n, struct held_node *d));

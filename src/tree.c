@@ -1029,9 +1029,11 @@ struct handle *tree_released(struct tree *t, uint64_t fh)
 	if (h)
 		return h;
 	rec = ids_handle_record(t, fh);
-	if (rec && (atomic_load(&rec->kind) == HANDLE_PUT || atomic_load(&rec->kind) == HANDLE_PUBLISH))
+	if (rec && atomic_load(&rec->kind) != HANDLE_PUT && atomic_load(&rec->kind) != HANDLE_PUBLISH)
+		held_handle_free(&t->held, fh); /* nothing of it is open here */
+	else if (rec)
 		return tree_handle(t, fh); /* a batch or publish handed over: its release ends it */
-	return NULL; /* nothing of it is open here: tree_release_done frees its number */
+	return NULL;
 }
 
 struct handle *tree_handle(struct tree *t, uint64_t fh)
@@ -1116,22 +1118,6 @@ int tree_fsync(struct tree *t, struct handle *h)
 void tree_release(struct tree *t, struct handle *h)
 {
 	handle_put(t, h);
-}
-
-uint64_t tree_release_keeping_fh(struct tree *t, struct handle *h)
-{
-	uint64_t fh = 0;
-
-	ids_defer_frees(&fh);
-	handle_put(t, h);
-	ids_defer_frees(NULL);
-	return fh;
-}
-
-void tree_release_done(struct tree *t, uint64_t fh)
-{
-	if (fh)
-		held_handle_free(&t->held, fh);
 }
 
 bool tree_read_quick(struct tree *t, struct handle *h)

@@ -65,7 +65,7 @@ struct handle *tree_handle(struct tree *t, uint64_t fh);
 /* The handle of fh for its release: this daemon's, or NULL when a daemon
  * before opened it and this one never did (its record is freed: there is
  * nothing to release). */
-struct handle *tree_released(struct tree *t, uint64_t fh); /* NULL: tree_release_done(fh) */
+struct handle *tree_released(struct tree *t, uint64_t fh);
 int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeout);
 int tree_setattr(struct tree *t, struct node *n, unsigned to_set, const struct stat *in,
 		 struct stat *out, double *timeout);
@@ -103,13 +103,6 @@ void tree_write_end(struct tree *t, struct handle *h);
 int tree_flush(struct tree *t, struct handle *h, uint64_t owner);
 int tree_fsync(struct tree *t, struct handle *h);
 void tree_release(struct tree *t, struct handle *h);
-/* The kernel's RELEASE or RELEASEDIR of h: as tree_release, but h's number
- * (returned, or 0 if another user frees h later) stays taken until
- * tree_release_done, called after the reply. A daemon that dies between
- * the two leaves the kernel to send the RELEASE again to the next one, and
- * by then the number must not name another open file. */
-uint64_t tree_release_keeping_fh(struct tree *t, struct handle *h);
-void tree_release_done(struct tree *t, uint64_t fh);
 
 int tree_opendir(struct tree *t, struct node *n, struct handle **h);
 /* Entry number i of the listing snapshot taken at opendir; -ENOENT past the end. */
