@@ -243,19 +243,24 @@ uint64_t held_handle_alloc(struct held *h, uint8_t kind, uint64_t node, uint16_t
 	if (s == UINT32_MAX)
 		return 0;
 	struct held_handle *r = handle_at(h, s);
+	uint32_t gen = atomic_load(&r->gen) + 1;
 	memset((uint8_t *)r + 1, 0, sizeof(*r) - 1);
+	atomic_store(&r->gen, gen);
 	r->node = node;
 	r->flags = flags;
 	atomic_store_explicit(&r->kind, kind, memory_order_release);
-	return (uint64_t)s + 1;
+	return (uint64_t)gen << 32 | ((uint64_t)s + 1);
 }
 
 struct held_handle *held_handle_get(struct held *h, uint64_t fh)
 {
-	if (fh == 0 || fh - 1 >= atomic_load(&h->hdr->handles_high))
+	if ((fh & 0xffffffffu) == 0 || held_handle_slot(fh) >= atomic_load(&h->hdr->handles_high))
 		return NULL;
-	struct held_handle *r = handle_at(h, (uint32_t)(fh - 1));
-	return atomic_load_explicit(&r->kind, memory_order_acquire) ? r : NULL;
+	struct held_handle *r = handle_at(h, held_handle_slot(fh));
+	if (!atomic_load_explicit(&r->kind, memory_order_acquire) ||
+	    atomic_load(&r->gen) != (uint32_t)(fh >> 32))
+		return NULL;
+	return r;
 }
 
 /* ---- text pages -------------------------------------------------------------------- */
@@ -358,7 +363,7 @@ void held_handle_free(struct held *h, uint64_t fh)
 	atomic_store(&r->kind, 0);
 	pthread_mutex_lock(&h->mu);
 	pages_free(h, at, cap);
-	push(&h->free_handles, &h->nfree_handles, &h->cap_handles, (uint32_t)(fh - 1));
+	push(&h->free_handles, &h->nfree_handles, &h->cap_handles, held_handle_slot(fh));
 	pthread_mutex_unlock(&h->mu);
 }
 

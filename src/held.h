@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #define HELD_MAGIC 0x314c444853465441ULL /* "ATFSHDL1", little-endian */
-#define HELD_LAYOUT 1
+#define HELD_LAYOUT 2
 #define HELD_INIT_MAX 4096
 #define HELD_INFLIGHT 1024
 #define HELD_NODES_MAX (8u << 20)
@@ -83,12 +83,18 @@ struct held_node {
 	uint8_t pad[256 - 8 - 4 - 4 - 4 - 64 - 32 - HELD_NAME_MAX - 1];
 };
 
-/* An open file handle. kind 0: a free slot. */
+/* An open file handle. kind 0: a free slot. Its fh is the slot + 1 in
+ * the low 32 bits and gen in the high 32: a number the kernel still holds
+ * for a closed file never names the file that took its slot since (a
+ * RELEASE that a killed daemon handled, and the kernel sends again to the
+ * next one, must not release another reader's file). */
 struct held_handle {
 	_Atomic uint8_t kind;          /* enum handle_kind (base.h) */
 	_Atomic uint8_t state;         /* the kind's own */
 	uint16_t flags;                /* open flags that matter again (O_ACCMODE) */
+	_Atomic uint32_t gen;          /* bumped at every reuse of the slot */
 	int32_t result;                /* an outcome decided before a crash */
+	uint32_t pad;
 	uint64_t node;                 /* the node id it was opened on */
 	uint64_t text_at;              /* its text: byte offset in the text region */
 	uint64_t text_len, text_cap;   /* bytes written, bytes of room */
@@ -147,8 +153,15 @@ bool held_node_forget(struct held *h, uint64_t id, uint64_t nlookup);
 
 /* A free handle slot made live with kind and node: its fh (>= 1), or 0. */
 uint64_t held_handle_alloc(struct held *h, uint8_t kind, uint64_t node, uint16_t flags);
+/* The live record that fh names, or NULL (free, out of range, or its slot
+ * reused since fh was closed). */
 struct held_handle *held_handle_get(struct held *h, uint64_t fh);
-/* Frees fh's slot and its text. */
+/* fh's slot (the index of its record); fh must be one of held_handle_alloc. */
+static inline uint32_t held_handle_slot(uint64_t fh)
+{
+	return (uint32_t)(fh & 0xffffffffu) - 1;
+}
+/* Frees fh's slot and its text (nothing when fh is not live). */
 void held_handle_free(struct held *h, uint64_t fh);
 
 /* ---- request texts ------------------------------------------------------------------ */

@@ -65,7 +65,7 @@ static _Atomic(void *) *node_cell(struct tree *t, uint64_t id, bool make)
 
 static _Atomic(void *) *handle_cell(struct tree *t, uint64_t fh, bool make)
 {
-	return cell((_Atomic(void *) *_Atomic *)t->handle_pages, fh - 1, make);
+	return cell((_Atomic(void *) *_Atomic *)t->handle_pages, held_handle_slot(fh), make);
 }
 
 /* ---- node ids ---------------------------------------------------------------------- */
@@ -245,7 +245,9 @@ uint64_t ids_handle_bind(struct tree *t, struct handle *h, uint64_t node)
 
 struct handle *ids_handle(struct tree *t, uint64_t fh)
 {
-	if (fh == 0 || fh > HELD_HANDLES_MAX)
+	/* Only a live record's fh: a stale one (its slot taken since) names
+	 * nothing, whatever handle its slot's cell holds now. */
+	if (!held_handle_get(&t->held, fh))
 		return NULL;
 	_Atomic(void *) *c = handle_cell(t, fh, false);
 	return c ? atomic_load_explicit(c, memory_order_acquire) : NULL;
