@@ -26,6 +26,7 @@
 #include "held.h"
 #include "holder.h"
 #include "keeper.h"
+#include "lifeline.h"
 #include "log.h"
 #include "store.h"
 #include "takeover.h"
@@ -45,10 +46,15 @@
  * the holder aborts the FUSE connection under it (a thread of its own may
  * wait in the kernel for an answer no daemon will give). */
 #define UNMOUNTED_END_MS 2000
+/* How long the threads of a daemon whose lifeline broke may take to be
+ * past their last system call before the next daemon is started anyway
+ * once it has wholly ended (SIGCHLD). */
+#define DYING_WAIT_MS 1000
 
 struct daemon {
 	pid_t pid;
 	int ctl, fds;              /* the holder's ends of the links */
+	int life;                  /* of its lifeline (fs/lifeline.h): hangs up as it dies */
 	int64_t started;           /* CLOCK_MONOTONIC ns */
 	bool ready;
 };
@@ -162,16 +168,19 @@ static void daemon_close(struct daemon *d)
 		close(d->ctl);
 	if (d->fds >= 0)
 		close(d->fds);
+	if (d->life >= 0)
+		close(d->life);
 	memset(d, 0, sizeof(*d));
-	d->ctl = d->fds = -1;
+	d->ctl = d->fds = d->life = -1;
 }
 
 /* In the forked child: the daemon's descriptors open across exec, the
  * holder's death its own, then this binary as found on disk. */
-static void exec_daemon(struct holder *h, enum takeover_start start, int ctl, int fds)
+static void exec_daemon(struct holder *h, enum takeover_start start, int ctl, int fds, int life)
 {
 	struct takeover tk = { .fuse_fd = h->fuse_fd, .held_fd = h->held_fd,
-			       .lock_fd = h->lock_fd, .ctl = ctl, .fds = fds, .start = start };
+			       .lock_fd = h->lock_fd, .ctl = ctl, .fds = fds, .life = life,
+			       .start = start };
 	char env[256];
 	sigset_t none;
 
@@ -181,7 +190,7 @@ static void exec_daemon(struct holder *h, enum takeover_start start, int ctl, in
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGPIPE, SIG_DFL);
-	int keep[] = { h->fuse_fd, h->held_fd, h->lock_fd, ctl, fds };
+	int keep[] = { h->fuse_fd, h->held_fd, h->lock_fd, ctl, fds, life };
 	for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
 		fcntl(keep[i], F_SETFD, 0);
 	takeover_format(&tk, env, sizeof(env));
@@ -194,7 +203,7 @@ static void exec_daemon(struct holder *h, enum takeover_start start, int ctl, in
 
 static int daemon_start(struct holder *h, struct daemon *d, enum takeover_start start)
 {
-	int ctl[2], fds[2];
+	int ctl[2], fds[2], life[2];
 
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0)
 		return -errno;
@@ -203,19 +212,26 @@ static int daemon_start(struct holder *h, struct daemon *d, enum takeover_start 
 		close(ctl[1]);
 		return -errno;
 	}
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, life) < 0)
+		life[0] = life[1] = -1; /* then SIGCHLD alone tells of its death */
 	pid_t pid = fork();
 	if (pid == 0)
-		exec_daemon(h, start, ctl[1], fds[1]);
+		exec_daemon(h, start, ctl[1], fds[1], life[1]);
 	close(ctl[1]);
 	close(fds[1]);
+	if (life[1] >= 0)
+		close(life[1]);
 	if (pid < 0) {
 		close(ctl[0]);
 		close(fds[0]);
+		if (life[0] >= 0)
+			close(life[0]);
 		return -errno;
 	}
 	d->pid = pid;
 	d->ctl = ctl[0];
 	d->fds = fds[0];
+	d->life = life[0];
 	d->started = now_ns();
 	d->ready = false;
 	log_info("holder: daemon %ld started (%s)", (long)pid,
@@ -282,7 +298,7 @@ static void upgrade_switch(struct holder *h, bool crashed)
 	h->cur = h->next;
 	h->cur.ready = true;
 	memset(&h->next, 0, sizeof(h->next));
-	h->next.ctl = h->next.fds = -1;
+	h->next.ctl = h->next.fds = h->next.life = -1;
 }
 
 static void on_ctl(struct holder *h, struct daemon *d)
@@ -322,6 +338,8 @@ static void on_ctl(struct holder *h, struct daemon *d)
 			close(old.ctl);
 		if (old.fds >= 0)
 			close(old.fds);
+		if (old.life >= 0)
+			close(old.life);
 	} else if (m.type == KEEPER_UPGRADE) {
 		upgrade_begin(h, "asked by the daemon");
 	}
@@ -521,6 +539,51 @@ static void abort_connection(struct holder *h)
 	stop_daemon(&h->cur, SIGKILL);
 }
 
+/* What a dying daemon sent and the holder has not read yet (descriptors
+ * to keep): nothing more comes, its threads are past their system calls. */
+static void drain_links(struct holder *h, struct daemon *d)
+{
+	for (int i = 0; i < 4096 && d->fds >= 0; i++) {
+		struct pollfd p = { .fd = d->fds, .events = POLLIN };
+		if (poll(&p, 1, 0) != 1)
+			break;
+		on_fds(h, d);
+	}
+}
+
+/* The serving daemon's lifeline hung up: it dies, or ends. Once every
+ * thread of it is past its last system call the next one starts, without
+ * waiting for the kernel to release the dead one's memory and files
+ * (SIGCHLD: on a GPU node, the driver's teardown). Its SIGCHLD comes
+ * later, as a stranger's. Returns false when the holder is to end. */
+static bool on_lifeline(struct holder *h)
+{
+	struct daemon *d = &h->cur;
+	char living[512];
+	int code = 0;
+
+	close(d->life);
+	d->life = -1;
+	on_mounts_changed(h); /* an unmount ends a daemon; it does not kill it */
+	if (!d->ready || h->stopping || h->unmounted || h->next.pid > 0)
+		return true; /* SIGCHLD decides, as before lifelines */
+	int64_t broke = now_ns();
+	enum lifeline_state s = lifeline_wait_dying(d->pid, DYING_WAIT_MS, &code);
+	if (s == LIFELINE_LIVES) {
+		lifeline_describe_living(d->pid, living, sizeof(living));
+		log_warn("holder: daemon %ld dies, but threads of it are still in the kernel %d ms "
+			 "later (%s); the next starts once it has ended", (long)d->pid, DYING_WAIT_MS,
+			 living[0] ? living : "none readable");
+		return true;
+	}
+	if (s == LIFELINE_ENDS)
+		return true; /* an end of its own (exit status 0): SIGCHLD says why */
+	log_info("holder: daemon %ld dies: each of its threads is past its last system call "
+		 "%.2f ms after its lifeline broke", (long)d->pid, (double)(now_ns() - broke) / 1e6);
+	drain_links(h, d);
+	return on_exit_of(h, d->pid, code);
+}
+
 /* What poll waits for at most: an upgrade's daemon to be ready, or the
  * daemon of an unmounted mount to end; -1: nothing. */
 static int serve_timeout(const struct holder *h)
@@ -535,13 +598,15 @@ static int serve_timeout(const struct holder *h)
 static void serve(struct holder *h)
 {
 	for (;;) {
-		struct pollfd p[6] = {
+		struct pollfd p[7] = {
 			{ .fd = h->sig_fd, .events = POLLIN },
 			{ .fd = h->cur.ctl, .events = POLLIN }, { .fd = h->cur.fds, .events = POLLIN },
 			{ .fd = h->next.ctl, .events = POLLIN }, { .fd = h->next.fds, .events = POLLIN },
 			{ .fd = h->mnt_id ? h->mountinfo_fd : -1, .events = POLLPRI },
+			{ .fd = h->cur.life, .events = POLLIN },
 		};
-		int n = poll(p, 6, serve_timeout(h));
+		pid_t life_of = h->cur.pid; /* the events of p[6] are this daemon's */
+		int n = poll(p, 7, serve_timeout(h));
 		if (n < 0 && errno != EINTR)
 			return;
 		if (n == 0 && h->unmounted && h->end_by) {
@@ -567,6 +632,9 @@ static void serve(struct holder *h)
 			on_fds(h, &h->next);
 		if (p[5].revents & (POLLPRI | POLLERR))
 			on_mounts_changed(h);
+		if (p[6].fd >= 0 && h->cur.pid == life_of && p[6].fd == h->cur.life &&
+		    (p[6].revents & (POLLIN | POLLHUP | POLLERR)) && !on_lifeline(h))
+			return;
 	}
 }
 
@@ -635,7 +703,7 @@ int holder_run(struct fuse_args *args, const struct holder_options *o)
 	char err[512];
 	int rc = 1;
 
-	h.cur.ctl = h.cur.fds = h.next.ctl = h.next.fds = -1;
+	h.cur.ctl = h.cur.fds = h.cur.life = h.next.ctl = h.next.fds = h.next.life = -1;
 	ssize_t n = readlink("/proc/self/exe", h.exe, sizeof(h.exe) - 1);
 	if (n <= 0) {
 		fprintf(stderr, "artfs: cannot find its own binary: %s\n", strerror(errno));

@@ -22,8 +22,8 @@ static const char *const start_names[] = { "first", "crash", "upgrade" };
 
 void takeover_format(const struct takeover *tk, char *buf, size_t len)
 {
-	snprintf(buf, len, "fuse=%d,held=%d,lock=%d,ctl=%d,fds=%d,start=%s", tk->fuse_fd,
-		 tk->held_fd, tk->lock_fd, tk->ctl, tk->fds, start_names[tk->start]);
+	snprintf(buf, len, "fuse=%d,held=%d,lock=%d,ctl=%d,fds=%d,start=%s,life=%d", tk->fuse_fd,
+		 tk->held_fd, tk->lock_fd, tk->ctl, tk->fds, start_names[tk->start], tk->life);
 }
 
 bool takeover_from_env(struct takeover *tk)
@@ -35,8 +35,12 @@ bool takeover_from_env(struct takeover *tk)
 
 	if (!v)
 		return false;
+	int m = 0;
+	t.life = -1; /* a holder of a build before lifelines gives none */
 	if (sscanf(v, "fuse=%d,held=%d,lock=%d,ctl=%d,fds=%d,start=%15[a-z]%n", &t.fuse_fd,
-		   &t.held_fd, &t.lock_fd, &t.ctl, &t.fds, start, &n) != 6 || v[n] != '\0') {
+		   &t.held_fd, &t.lock_fd, &t.ctl, &t.fds, start, &n) != 6 ||
+	    (v[n] == ',' && (sscanf(v + n, ",life=%d%n", &t.life, &m) != 1 || t.life < 0)) ||
+	    v[n + m] != '\0') {
 		log_err("%s=\"%.200s\" is not what a holder writes; serving without one",
 			TAKEOVER_ENV, v);
 		return false;

@@ -31,6 +31,7 @@ struct takeover {
 	int lock_fd;       /* the store's lock, held by the holder */
 	int ctl;           /* the control link: READY, DRAIN, GO, DRAINED, UPGRADE */
 	int fds;           /* the descriptor link: KEEP, FETCH, DROP */
+	int life;          /* the lifeline (fs/lifeline.h); -1: the holder gave none */
 	enum takeover_start start;
 };
 

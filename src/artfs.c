@@ -21,6 +21,7 @@
 #include "config.h"
 #include "expiry.h"
 #include "fs/holder.h"
+#include "fs/lifeline.h"
 #include "fs/loop.h"
 #include "fs/ops.h"
 #include "fs/takeover.h"
@@ -375,6 +376,8 @@ static int run_daemon(struct artfs_config *cfg, struct fuse_args *args,
 	if (!takeover_from_env(&d.tk))
 		return 1;
 	log_init(!opts->foreground, opts->debug);
+	if (d.tk.life >= 0)
+		lifeline_keep(d.tk.life);
 	d.attach_fd = -1;
 	struct tree_start start = { .held_fd = d.tk.held_fd, .lock_fd = d.tk.lock_fd,
 				    .keeper_fd = d.tk.fds,
