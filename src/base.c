@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base.h"
+#include "held.h"
 #include "key.h"
 #include "log.h"
 
@@ -53,6 +54,55 @@ void sizing_wait(struct tree *t)
 	while (t->sizing)
 		pthread_cond_wait(&t->sized_cv, &t->lock);
 	pthread_mutex_unlock(&t->lock);
+}
+
+void sizing_wait_for_key(struct tree *t, const uint8_t key[32])
+{
+	if (!atomic_load(&t->sizing) || (t->warm_keys && !held_keys_may_hold(&t->held, key)))
+		return;
+	sizing_wait(t);
+}
+
+bool sizing_blocks(const struct tree *t)
+{
+	return atomic_load(&t->sizing) && !(t->warm_bytes && t->warm_keys);
+}
+
+void sizing_counted_locked(struct tree *t, struct version *v, uint64_t bytes)
+{
+	t->bytes_used += bytes;
+	v->bytes += bytes;
+	t->unsized_bound = t->unsized_bound > bytes ? t->unsized_bound - bytes : 0;
+}
+
+/* The bound only rises at a reservation (a commit moves reserved bytes to
+ * used ones, a count moves unsized ones to used ones, a removal lowers
+ * it): noted there, it stays above the store's bytes at any moment a
+ * daemon may die, a link of an object included. */
+void sizing_note_bound_locked(struct tree *t)
+{
+	atomic_store(&t->held.hdr->bytes_bound,
+		     t->bytes_used + t->bytes_reserved + t->unsized_bound);
+}
+
+void sizing_begin_locked(struct tree *t, bool takeover)
+{
+	uint32_t warm = takeover && t->sizing ? atomic_load(&t->held.hdr->warm) : 0;
+
+	t->warm_bytes = warm & HELD_WARM_BYTES;
+	t->warm_keys = warm & HELD_WARM_KEYS;
+	t->unsized_bound = t->warm_bytes ? atomic_load(&t->held.hdr->bytes_bound) : 0;
+	if (!t->sizing) /* nothing to count: known now */
+		sizing_end_locked(t, true);
+}
+
+void sizing_end_locked(struct tree *t, bool complete)
+{
+	t->unsized_bound = 0;
+	t->warm_bytes = t->warm_keys = false;
+	sizing_note_bound_locked(t);
+	if (complete)
+		atomic_store(&t->held.hdr->warm, HELD_WARM_BYTES | HELD_WARM_KEYS);
 }
 
 /* ---- open handles ---------------------------------------------------------- */

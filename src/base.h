@@ -82,8 +82,14 @@ struct tree {
 	struct weights *weights;  /* every weights object not yet freed */
 	unsigned loads_running;
 	/* Objects found at start are sized in the background (scan.c): until
-	 * then bytes_used is short and publishes wait on sized_cv. */
+	 * then bytes_used is short and publishes wait on sized_cv, but in a
+	 * daemon that took over from one whose store was counted (held.h,
+	 * warm): it admits publishes against unsized_bound (at least the bytes
+	 * of the objects not counted yet) and waits only for keys that the
+	 * holder's key filter may hold. */
 	_Atomic bool sizing;       /* read without the lock as a hint */
+	bool warm_bytes, warm_keys;
+	uint64_t unsized_bound;
 	bool sizing_stop;
 	pthread_cond_t sized_cv;
 	struct sizer *sizer;
@@ -233,6 +239,22 @@ void version_touch(struct version *v);
 
 /* Waits until the store's bytes are all counted (after a start). */
 void sizing_wait(struct tree *t);
+/* Waits until the keys of the store's objects are all indexed, unless the
+ * holder's filter says that none holds key (a warm takeover). Call before
+ * the key is added to the filter. */
+void sizing_wait_for_key(struct tree *t, const uint8_t key[32]);
+/* Whether a request may wait for the count (then not on a loop thread). */
+bool sizing_blocks(const struct tree *t);
+/* Under t->lock: bytes of an object of v found at start, counted now. */
+void sizing_counted_locked(struct tree *t, struct version *v, uint64_t bytes);
+/* Under t->lock: what the holder keeps as the bound of the store's bytes,
+ * after a rise (a reservation) or once counted. */
+void sizing_note_bound_locked(struct tree *t);
+/* The count after a start: begins (a takeover learns what it may trust
+ * meanwhile), ends (the holder learns that the next daemon may; complete:
+ * every object found at start was counted and keyed). */
+void sizing_begin_locked(struct tree *t, bool takeover);
+void sizing_end_locked(struct tree *t, bool complete);
 
 /* The indexed version of that name, referenced; NULL if none. */
 struct version *version_find(struct tree *t, const char *name);

@@ -86,8 +86,9 @@ static size_t resolve(struct tree *t, uint8_t (*keys)[32], struct wanted *w, siz
 {
 	size_t missing = n;
 
-	if (t->sizing)
-		sizing_wait(t); /* the keys of a restarted store are indexed by then */
+	for (size_t i = 0; i < n && t->sizing; i++)
+		if (!w[i].o) /* the keys of a restarted store are indexed once counted */
+			sizing_wait_for_key(t, keys[i]);
 	pthread_mutex_lock(&t->lock);
 	for (size_t i = 0; i < n; i++) {
 		if (!w[i].o && (w[i].o = index_key_find(&t->idx, keys[i])))

@@ -17,6 +17,7 @@ _Static_assert(sizeof(struct held_header) <= 2 * HELD_TEXT_PAGE, "the header fit
 #define INFLIGHT_BYTES ((uint64_t)HELD_INFLIGHT * sizeof(struct held_inflight))
 #define NODES_BYTES ((uint64_t)HELD_NODES_MAX * sizeof(struct held_node))
 #define HANDLES_BYTES ((uint64_t)HELD_HANDLES_MAX * sizeof(struct held_handle))
+#define KEYS_BYTES (HELD_KEYS_BITS / 8)
 
 static uint64_t page_up(uint64_t n)
 {
@@ -31,7 +32,8 @@ static void layout(struct held_header *hdr)
 	hdr->nodes_off = page_up(hdr->inflight_off + INFLIGHT_BYTES);
 	hdr->handles_off = page_up(hdr->nodes_off + NODES_BYTES);
 	hdr->text_off = page_up(hdr->handles_off + HANDLES_BYTES);
-	hdr->size = hdr->text_off + HELD_TEXT_BYTES;
+	hdr->keys_off = page_up(hdr->text_off + HELD_TEXT_BYTES);
+	hdr->size = hdr->keys_off + KEYS_BYTES;
 }
 
 int held_create(const void *init, size_t init_len, uint32_t flags)
@@ -84,6 +86,7 @@ int held_map(int fd, struct held *h)
 	layout(&want);
 	if (pread(fd, &hdr, sizeof(hdr), 0) != sizeof(hdr) || hdr.magic != HELD_MAGIC ||
 	    hdr.layout != HELD_LAYOUT || hdr.size != want.size || hdr.text_off != want.text_off ||
+	    hdr.keys_off != want.keys_off ||
 	    hdr.init_len > HELD_INIT_MAX) {
 		log_err("the holder's memory is not of this daemon's layout %u (it holds layout %u): "
 			"this binary cannot take over this mount", HELD_LAYOUT, hdr.layout);
@@ -365,6 +368,47 @@ void held_handle_free(struct held *h, uint64_t fh)
 	pages_free(h, at, cap);
 	push(&h->free_handles, &h->nfree_handles, &h->cap_handles, held_handle_slot(fh));
 	pthread_mutex_unlock(&h->mu);
+}
+
+/* ---- the key filter ------------------------------------------------------------------ */
+
+/* The filter's k bits for key: keys are SHA-256 digests, so 27-bit slices
+ * of them are as good as k independent hashes. */
+static uint64_t key_bit(const uint8_t key[32], int i)
+{
+	uint32_t w;
+
+	memcpy(&w, key + 4 * i, sizeof(w));
+	return w & (HELD_KEYS_BITS - 1);
+}
+
+static _Atomic uint64_t *key_words(const struct held *h)
+{
+	return (_Atomic uint64_t *)(h->base + h->hdr->keys_off);
+}
+
+void held_keys_add(struct held *h, const uint8_t key[32])
+{
+	_Static_assert(HELD_KEYS_K * 4 <= 32 && HELD_KEYS_BITS <= (1ull << 32), "slices of a key");
+	_Atomic uint64_t *words = key_words(h);
+
+	for (int i = 0; i < HELD_KEYS_K; i++) {
+		uint64_t b = key_bit(key, i);
+		if (!(atomic_load_explicit(&words[b / 64], memory_order_relaxed) >> (b % 64) & 1))
+			atomic_fetch_or(&words[b / 64], 1ull << (b % 64));
+	}
+}
+
+bool held_keys_may_hold(const struct held *h, const uint8_t key[32])
+{
+	_Atomic uint64_t *words = key_words(h);
+
+	for (int i = 0; i < HELD_KEYS_K; i++) {
+		uint64_t b = key_bit(key, i);
+		if (!(atomic_load(&words[b / 64]) >> (b % 64) & 1))
+			return false;
+	}
+	return true;
 }
 
 /* ---- taking over ------------------------------------------------------------------ */

@@ -103,14 +103,18 @@ static int fail(struct tree *t, struct publish *u, int err, const char *what)
 }
 
 /* The committed object that holds this publish's key, referenced: by its
- * name, or by its key (objects counted at a restart get their key a little
- * later; until then their name finds them). */
+ * name (looked for in the store where its version is not listed yet, after
+ * a takeover), or by its key (objects found at a restart get their key a
+ * little later: the caller waited for that, unless the holder's key filter
+ * said that none holds it). */
 static struct object *existing(struct tree *t, struct publish *u)
 {
+	struct object *o = version_object_find(t, u->ver, u->obj->hash, u->obj->hash_len);
+
+	if (o)
+		return o;
 	pthread_mutex_lock(&t->lock);
-	struct object *o = index_object_find(&t->idx, u->ver, u->obj->hash, u->obj->hash_len);
-	if (!o)
-		o = index_key_find(&t->idx, u->key_bin);
+	o = index_key_find(&t->idx, u->key_bin);
 	if (o)
 		node_ref(&o->node);
 	pthread_mutex_unlock(&t->lock);
@@ -194,11 +198,12 @@ int publish_begin(struct tree *t, struct object *obj, struct handle **h)
 	return 0;
 }
 
-/* Under t->lock: n more bytes fit beside the committed ones and those of
- * the publishes in flight. */
+/* Under t->lock: n more bytes fit beside the committed ones, those of
+ * the publishes in flight and, while a warm takeover counts the store,
+ * the bound of those not counted yet. */
 static bool fits_locked(const struct tree *t, uint64_t n)
 {
-	uint64_t held = t->bytes_used + t->bytes_reserved;
+	uint64_t held = t->bytes_used + t->bytes_reserved + t->unsized_bound;
 
 	return held <= t->cfg->capacity && n <= t->cfg->capacity - held;
 }
@@ -210,17 +215,24 @@ static bool fits_locked(const struct tree *t, uint64_t n)
  * full store first collects the versions that have expired. */
 static int make_room(struct tree *t, struct publish *u, uint64_t need, uint64_t reserve)
 {
-	sizing_wait(t); /* capacity needs every stored byte counted */
+	if (!t->warm_bytes)
+		sizing_wait(t); /* capacity needs every stored byte counted */
 	for (int attempt = 0;; attempt++) {
 		pthread_mutex_lock(&t->lock);
-		bool fits = fits_locked(t, need);
+		bool fits = fits_locked(t, need), counting = t->sizing;
 		if (fits) {
 			t->bytes_reserved += reserve;
 			u->reserved += reserve;
+			sizing_note_bound_locked(t);
 		}
 		pthread_mutex_unlock(&t->lock);
 		if (fits)
 			return 0;
+		if (counting) { /* not within the bound: decided on the count */
+			sizing_wait(t);
+			attempt--;
+			continue;
+		}
 		if (attempt || expiry_collect(t) == 0)
 			return -ENOSPC;
 	}
@@ -272,6 +284,8 @@ static int accept_header(struct tree *t, struct publish *u, const struct envelop
 	u->have_header = true;
 	if (sha256_begin(&u->sha) < 0)
 		return fail(t, u, -ENOMEM, "out of memory");
+	sizing_wait_for_key(t, u->key_bin);
+	held_keys_add(&t->held, u->key_bin); /* before its object can be stored */
 	struct object *old = existing(t, u);
 	if (old && !adoptable(u, old)) {
 		/* Decided now, against what is stored; the payload only has to
@@ -481,8 +495,7 @@ static int adopt(struct tree *t, struct publish *u, struct object *old)
 	if (atomic_load(&old->file_size) == OBJECT_SIZE_UNKNOWN) {
 		/* found at a restart, not counted yet (as remove_object does) */
 		atomic_store(&old->file_size, bytes);
-		t->bytes_used += bytes;
-		old->ver->bytes += bytes;
+		sizing_counted_locked(t, old->ver, bytes);
 	}
 	rc = store_object_move(old->ver->dirfd, old->ver->keyonly, from, u->ver->dirfd,
 			       u->ver->keyonly, u->name);
@@ -583,6 +596,8 @@ static int commit(struct tree *t, struct publish *u)
 static int link_into_place(struct tree *t, struct publish *u)
 {
 	struct stat st;
+
+	held_keys_add(&t->held, u->key_bin); /* done at its header; whatever path led here */
 	int rc = store_tmp_link(u->ver->dirfd, u->ver->keyonly, &u->tmp, u->name);
 
 	if (rc == -EEXIST)
@@ -750,9 +765,16 @@ int publish_check(struct tree *t, struct handle *h, bool *to_cluster)
 
 bool publish_room_for(struct tree *t, uint64_t n)
 {
+	if (!t->warm_bytes)
+		sizing_wait(t);
+	pthread_mutex_lock(&t->lock);
+	bool fits = fits_locked(t, n), counting = t->sizing;
+	pthread_mutex_unlock(&t->lock);
+	if (fits || !counting)
+		return fits;
 	sizing_wait(t);
 	pthread_mutex_lock(&t->lock);
-	bool fits = fits_locked(t, n);
+	fits = fits_locked(t, n);
 	pthread_mutex_unlock(&t->lock);
 	return fits;
 }
@@ -896,12 +918,12 @@ static void publish_release(struct tree *t, struct handle *h)
 static bool publish_write_quick(struct tree *t, struct handle *h, size_t len)
 {
 	(void)h;
-	return len <= HANDLE_QUICK_BYTES && !t->sizing;
+	return len <= HANDLE_QUICK_BYTES && !sizing_blocks(t);
 }
 
 static bool publish_flush_quick(struct tree *t, struct handle *h)
 {
-	return !t->sizing && !t->remote && !publish_busy(h);
+	return !sizing_blocks(t) && !t->remote && !publish_busy(h);
 }
 
 static const struct handle_ops publish_ops = {

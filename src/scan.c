@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -160,7 +161,12 @@ int scan_store(struct tree *t, bool objects_later, char *err, size_t errlen)
 	t->objects = s.objects;
 	t->bytes_used = 0;
 	t->sizing = s.objects > 0 || (objects_later && s.versions > 0);
+	sizing_begin_locked(t, objects_later);
+	bool warm = t->warm_bytes && t->warm_keys;
 	pthread_mutex_unlock(&t->lock);
+	if (warm)
+		log_info("store %s: counted again in the background; publishes go on meanwhile "
+			 "(against the holder's bound of its bytes and its key filter)", t->store.path);
 	if (rc < 0) {
 		snprintf(err, errlen, "store %s: cannot index it: %s", t->store.path, strerror(-rc));
 		return rc;
@@ -187,6 +193,7 @@ struct sizer {
 	size_t nversions;
 	_Atomic size_t next;
 	_Atomic uint64_t objects, bytes;
+	bool incomplete;             /* an object was not keyed: the filter lacks it */
 	pthread_t threads[4];
 	unsigned nthreads;
 	int64_t started_ns;
@@ -203,6 +210,7 @@ static int64_t mono_ns(void)
 struct unsized {
 	struct object **o;
 	size_t n, cap;
+	bool short_of_memory;        /* some were left out */
 };
 
 static void collect_unsized(void *ctx, struct object *o)
@@ -214,8 +222,10 @@ static void collect_unsized(void *ctx, struct object *o)
 	if (u->n == u->cap) {
 		size_t cap = u->cap ? u->cap * 2 : 1024;
 		struct object **grown = realloc(u->o, cap * sizeof(*grown));
-		if (!grown)
-			return; /* the rest stays unsized: sized by unlink, or at the next start */
+		if (!grown) { /* the rest stays unsized: sized by unlink, or at the next start */
+			u->short_of_memory = true;
+			return;
+		}
 		u->o = grown;
 		u->cap = cap;
 	}
@@ -245,6 +255,8 @@ static void size_version(struct sizer *z, struct version *v)
 	pthread_mutex_lock(&t->lock);
 	if (!v->removed)
 		index_each_object(v, collect_unsized, &u);
+	if (u.short_of_memory || !keys || (!v->removed && !atomic_load(&v->listed)))
+		z->incomplete = true; /* not every key of it is known */
 	pthread_mutex_unlock(&t->lock);
 	for (size_t i = 0; i < u.n; i += SIZE_BATCH) {
 		size_t n = u.n - i < SIZE_BATCH ? u.n - i : SIZE_BATCH;
@@ -271,11 +283,16 @@ static void size_version(struct sizer *z, struct version *v)
 				atomic_store(&o->npy_size, npy[k]);
 			if (keys && !o->keyed) {
 				memcpy(o->key, keys[k], 32);
-				if (index_key_insert(&t->idx, o) < 0)
+				if (index_key_insert(&t->idx, o) < 0) {
 					log_err("store: no memory to index the key of %s/%s", v->name, name);
+					z->incomplete = true;
+				}
 			}
-			t->bytes_used += sizes[k];
-			v->bytes += sizes[k];
+			if (o->keyed || keys)
+				held_keys_add(&t->held, o->keyed ? o->key : keys[k]);
+			else
+				z->incomplete = true; /* its key is not known */
+			sizing_counted_locked(t, v, sizes[k]);
 			atomic_fetch_add(&z->objects, 1);
 			atomic_fetch_add(&z->bytes, sizes[k]);
 		}
@@ -290,6 +307,11 @@ static void size_version(struct sizer *z, struct version *v)
 static void *sizer_main(void *arg)
 {
 	struct sizer *z = arg;
+
+	/* A warm takeover's publishes do not wait for the count: it yields
+	 * the processors to them. */
+	if (z->t->warm_bytes && z->t->warm_keys)
+		setpriority(PRIO_PROCESS, (id_t)gettid(), 10);
 
 	for (;;) {
 		size_t i = atomic_fetch_add(&z->next, 1);
@@ -315,6 +337,7 @@ static void *sizer_boss(void *arg)
 		pthread_join(z->threads[i], NULL);
 	pthread_mutex_lock(&t->lock);
 	t->sizing = false;
+	sizing_end_locked(t, !t->sizing_stop && !z->incomplete);
 	pthread_cond_broadcast(&t->sized_cv);
 	pthread_mutex_unlock(&t->lock);
 	if (!t->sizing_stop)
@@ -358,6 +381,7 @@ int scan_size_start(struct tree *t)
 		free(z);
 		pthread_mutex_lock(&t->lock);
 		t->sizing = false; /* publishes go on, counting from what is known */
+		sizing_end_locked(t, false);
 		pthread_cond_broadcast(&t->sized_cv);
 		pthread_mutex_unlock(&t->lock);
 		log_err("store %s: cannot size the store in the background", t->store.path);

@@ -523,8 +523,7 @@ static int lookup_key(struct tree *t, const char *name, struct tree_entry *e)
 	uint8_t key[32];
 	if (strlen(name) != 64 || key_sha256_decode(name, key) < 0)
 		return negative(e, CACHE_FOREVER);
-	if (t->sizing)
-		sizing_wait(t);
+	sizing_wait_for_key(t, key);
 	struct object *o = find_key(t, key);
 	if (!o && t->remote) {
 		struct version *kv;
@@ -696,8 +695,7 @@ static int remove_object(struct tree *t, struct version *v, const uint8_t *hash,
 		if (bytes == OBJECT_SIZE_UNKNOWN) { /* found at start, not sized yet */
 			bytes = store_object_stat(v->dirfd, v->keyonly, name, &st) == 0
 					? (uint64_t)st.st_size : 0;
-			t->bytes_used += bytes;
-			v->bytes += bytes;
+			sizing_counted_locked(t, v, bytes);
 		}
 		rc = store_object_remove(v->dirfd, v->keyonly, name);
 		if (rc == 0 || rc == -ENOENT) {
@@ -737,8 +735,7 @@ int tree_unlink(struct tree *t, struct node *parent, const char *name, bool by_s
 		if (strlen(name) != 64 || key_sha256_decode(name, hash) < 0)
 			return strcmp(name, ARTFS_PUT_NAME) && strcmp(name, ARTFS_GET_NAME) ? -ENOENT
 											     : -EPERM;
-		if (t->sizing)
-			sizing_wait(t);
+		sizing_wait_for_key(t, hash);
 		return remove_object(t, NULL, NULL, 0, hash);
 	}
 	if (parent->type != NODE_VERSION)
@@ -829,8 +826,7 @@ int tree_create(struct tree *t, struct node *parent, const char *name, int flags
 			return -EINVAL;
 		}
 		len = 32;
-		if (t->sizing)
-			sizing_wait(t);
+		sizing_wait_for_key(t, hash);
 		pthread_mutex_lock(&t->lock);
 		bool held = index_key_find(&t->idx, hash) != NULL;
 		pthread_mutex_unlock(&t->lock);

@@ -330,3 +330,65 @@ def test_a_daemon_that_does_not_end_after_an_unmount_is_cut_off(tmp_path):
     assert "aborted its FUSE connection" in log, log
     assert not is_mounted(m.mountpoint)
     m.proc = None
+
+
+def test_a_warm_takeover_publishes_while_it_counts_the_store(mnt):
+    """A daemon that takes over from one that had counted the store goes
+    on publishing while it counts the store again, against the holder's
+    bound of the store's bytes and its filter of the keys held (DESIGN.md
+    §8): new keys commit; a key the store holds, by path or by key only, is
+    still found (identical content 0, other content EEXIST); everything
+    reads back whole, and nothing is stored twice."""
+    n = 20000
+    os.mkdir(mnt.path("big"))
+    hashes = ["%06x" % i for i in range(n)]
+    data = {h: routed_experts(1, layers=2, top_k=2, seed=i) for i, h in enumerate(hashes)}
+    for b in range(0, n, 1000):
+        blob = b"".join(h.encode() + b"\n" + encode("big", h, data[h]) for h in hashes[b:b + 1000])
+        fd = os.open(mnt.path("big", ".put"), os.O_RDWR)
+        os.write(fd, blob)
+        assert os.pread(fd, 1 << 20, 0).decode().split()[1::2] == ["0"] * 1000
+        os.close(fd)
+    only = {"ab%06x" % i: routed_experts(2, seed=100000 + i) for i in range(200)}
+    fd = os.open(mnt.path(".keys", ".put"), os.O_RDWR)
+    os.write(fd, b"".join(encode("big", h, a) for h, a in only.items()))
+    assert os.pread(fd, 1 << 20, 0).decode().split()[1::2] == ["0"] * len(only)
+    os.close(fd)
+    assert wait_for(lambda: mnt.metrics()["artfs_store_sizing"] == 0, timeout=60)
+    overlapped = 0
+    for round_ in range(3):
+        pid = mnt.kill_daemon()
+        mnt.wait_daemon_other_than(pid)
+        fresh = {"fe%02x%04x" % (round_, i): routed_experts(2, seed=200000 + 1000 * round_ + i)
+                 for i in range(300)}
+        by_path = hashes[round_ * 10:round_ * 10 + 10]
+        by_key = list(only)[round_ * 10:round_ * 10 + 10]
+        # New keys: the filter says no object holds them; no wait.
+        fd = os.open(mnt.path(".keys", ".put"), os.O_RDWR)
+        os.write(fd, b"".join(encode("big", h, a) for h, a in fresh.items()))
+        results = os.pread(fd, 1 << 20, 0).decode().split()[1::2]
+        os.close(fd)
+        overlapped += mnt.metrics()["artfs_store_sizing"] == 1
+        assert results == ["0"] * len(fresh)
+        # Keys the store holds: decided against the objects that hold them.
+        records = ([encode("big", h, data[h]) for h in by_path[:5]] +
+                   [encode("big", h, routed_experts(1, layers=2, top_k=2, seed=10**6))
+                    for h in by_path[5:]] +
+                   [encode("big", h, only[h]) for h in by_key[:5]] +
+                   [encode("big", h, routed_experts(2, seed=8)) for h in by_key[5:]])
+        fd = os.open(mnt.path(".keys", ".put"), os.O_RDWR)
+        os.write(fd, b"".join(records))
+        results = os.pread(fd, 1 << 20, 0).decode().split()[1::2]
+        with pytest.raises(FileExistsError):  # the batch did not all commit
+            os.close(fd)
+        assert results == ["0"] * 5 + ["EEXIST"] * 5 + ["0"] * 5 + ["EEXIST"] * 5
+        assert wait_for(lambda: mnt.metrics()["artfs_store_sizing"] == 0, timeout=60)
+        for h, a in list(fresh.items())[::7] + [(h, data[h]) for h in by_path] + \
+                [(h, only[h]) for h in by_key]:
+            k = restart_load.derive_key("big", h).split("/", 1)[1]
+            assert read_result(mnt.path(".keys", k)) == encode("big", h, a)
+        only.update(fresh)
+        assert mnt.metrics()["artfs_objects"] == n + len(only)
+    assert mnt.log().count("counted again in the background; publishes go on") >= 3
+    assert len(os.listdir(mnt.path(".keys"))) == n + len(only)
+    print(f"{overlapped} of 3 batches were answered while the store was still being counted")

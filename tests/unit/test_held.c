@@ -239,6 +239,48 @@ START_TEST(test_handles_and_texts_outlive_a_mapping)
 }
 END_TEST
 
+/* The key filter: a key added is held for ever (across mappings, as a
+ * daemon that takes over maps it), and few keys never added read as held
+ * (SHA-256 keys: the filter's bits are slices of them). */
+START_TEST(test_the_key_filter_forgets_no_key_and_holds_few_others)
+{
+	int fd = held_create(init_bytes, sizeof(init_bytes), 0);
+	struct held h;
+	uint8_t key[32];
+	unsigned seed = 7, held_wrongly = 0;
+	const unsigned added = 200000, others = 200000;
+
+	ck_assert_int_eq(held_map(dup(fd), &h), 0);
+	held_take_over(&h);
+	ck_assert_uint_eq(atomic_load(&h.hdr->warm), 0); /* nothing to trust at a new mount */
+	for (unsigned i = 0; i < added; i++) {
+		for (int b = 0; b < 32; b++)
+			key[b] = (uint8_t)rand_r(&seed);
+		held_keys_add(&h, key);
+	}
+	atomic_store(&h.hdr->bytes_bound, 12345);
+	atomic_store(&h.hdr->warm, HELD_WARM_BYTES | HELD_WARM_KEYS);
+	remap(&fd, &h);
+	ck_assert_uint_eq(atomic_load(&h.hdr->bytes_bound), 12345);
+	ck_assert_uint_eq(atomic_load(&h.hdr->warm), HELD_WARM_BYTES | HELD_WARM_KEYS);
+	seed = 7;
+	for (unsigned i = 0; i < added; i++) {
+		for (int b = 0; b < 32; b++)
+			key[b] = (uint8_t)rand_r(&seed);
+		ck_assert(held_keys_may_hold(&h, key));
+	}
+	for (unsigned i = 0; i < others; i++) {
+		for (int b = 0; b < 32; b++)
+			key[b] = (uint8_t)rand_r(&seed);
+		held_wrongly += held_keys_may_hold(&h, key);
+	}
+	/* 7 bits of 2^27 a key, 200,000 keys: about 1 in 10^13 by the book */
+	ck_assert_uint_le(held_wrongly, 2);
+	held_unmap(&h);
+	close(fd);
+}
+END_TEST
+
 START_TEST(test_private_layout_serves_without_a_holder)
 {
 	struct held h;
@@ -501,6 +543,7 @@ Suite *held_suite(void)
 	tcase_add_test(tc, test_forgets_during_the_scan_list_each_slot_once);
 	tcase_add_test(tc, test_handles_and_texts_outlive_a_mapping);
 	tcase_add_test(tc, test_private_layout_serves_without_a_holder);
+	tcase_add_test(tc, test_the_key_filter_forgets_no_key_and_holds_few_others);
 	tcase_add_test(tc, test_keeper_keeps_descriptors_across_daemons);
 	tcase_add_test(tc, test_keeper_store_replaces_drops_and_bounds);
 	tcase_add_test(tc, test_keeper_link_serves_many_threads_at_once);
