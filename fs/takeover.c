@@ -39,7 +39,7 @@ bool takeover_from_env(struct takeover *tk)
 	t.life = -1; /* a holder of a build before lifelines gives none */
 	if (sscanf(v, "fuse=%d,held=%d,lock=%d,ctl=%d,fds=%d,start=%15[a-z]%n", &t.fuse_fd,
 		   &t.held_fd, &t.lock_fd, &t.ctl, &t.fds, start, &n) != 6 ||
-	    (v[n] == ',' && (sscanf(v + n, ",life=%d%n", &t.life, &m) != 1 || t.life < 0)) ||
+	    (v[n] == ',' && (sscanf(v + n, ",life=%d%n", &t.life, &m) != 1 || t.life < -1)) ||
 	    v[n + m] != '\0') {
 		log_err("%s=\"%.200s\" is not what a holder writes; serving without one",
 			TAKEOVER_ENV, v);

@@ -271,6 +271,10 @@ static void size_version(struct sizer *z, struct version *v)
 				version_object_key(v, o->hash, o->hash_len, key);
 				key_sha256_decode(key + sizeof(ARTFS_KEY_PREFIX) - 1, keys[k]);
 			}
+			/* The holder's filter too (outside the lock: 7 bits spread
+			 * over 16 MiB cost cache misses). */
+			if (ok && (o->keyed || keys))
+				held_keys_add(&t->held, o->keyed ? o->key : keys[k]);
 		}
 		pthread_mutex_lock(&t->lock);
 		for (size_t k = 0; k < n; k++) {
@@ -288,10 +292,6 @@ static void size_version(struct sizer *z, struct version *v)
 					z->incomplete = true;
 				}
 			}
-			if (o->keyed || keys)
-				held_keys_add(&t->held, o->keyed ? o->key : keys[k]);
-			else
-				z->incomplete = true; /* its key is not known */
 			sizing_counted_locked(t, v, sizes[k]);
 			atomic_fetch_add(&z->objects, 1);
 			atomic_fetch_add(&z->bytes, sizes[k]);
