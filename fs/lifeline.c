@@ -75,10 +75,14 @@ int lifeline_keep(int fd)
 		rc = -rc;
 	}
 	sem_destroy(&k.done);
-	close(fd); /* this table's copy: the thread's is the only one left */
-	if (rc < 0)
-		log_warn("no lifeline to the holder (%s): after a crash the next daemon starts only "
-			 "once this one has wholly ended", strerror(-rc));
+	if (rc == 0) {
+		close(fd); /* this table's copy: the thread's is the only one left */
+		return 0;
+	}
+	/* Left open in the process's table, it breaks only once the whole
+	 * daemon has ended (as SIGCHLD tells), never while it serves. */
+	log_warn("no lifeline to the holder (%s): after a crash the next daemon starts only "
+		 "once this one has wholly ended", strerror(-rc));
 	return rc;
 }
 

@@ -22,8 +22,8 @@
 
 /* Daemon: keeps fd (the daemon's end, taken: closed in this process's
  * descriptor table) in a thread with a table of its own. 0 or -errno
- * (then fd is closed and the holder learns of this daemon's death from
- * SIGCHLD, as without a lifeline). */
+ * (then fd stays open in the process's table: it breaks once the whole
+ * daemon has ended, as SIGCHLD tells, never while it serves). */
 int lifeline_keep(int fd);
 
 enum lifeline_state {

@@ -63,11 +63,6 @@ void sizing_wait_for_key(struct tree *t, const uint8_t key[32])
 	sizing_wait(t);
 }
 
-bool sizing_blocks(const struct tree *t)
-{
-	return atomic_load(&t->sizing) && !(t->warm_bytes && t->warm_keys);
-}
-
 void sizing_counted_locked(struct tree *t, struct version *v, uint64_t bytes)
 {
 	t->bytes_used += bytes;
@@ -98,7 +93,11 @@ void sizing_begin_locked(struct tree *t, bool takeover)
 
 void sizing_end_locked(struct tree *t, bool complete)
 {
-	t->unsized_bound = 0;
+	/* A count stopped or cut short keeps the bound of what it did not
+	 * count (capacity= goes on counting it; the next daemon may trust the
+	 * bound still, the holder's filter too: every key was in it before). */
+	if (complete)
+		t->unsized_bound = 0;
 	t->warm_bytes = t->warm_keys = false;
 	sizing_note_bound_locked(t);
 	if (complete)

@@ -243,8 +243,6 @@ void sizing_wait(struct tree *t);
  * holder's filter says that none holds key (a warm takeover). Call before
  * the key is added to the filter. */
 void sizing_wait_for_key(struct tree *t, const uint8_t key[32]);
-/* Whether a request may wait for the count (then not on a loop thread). */
-bool sizing_blocks(const struct tree *t);
 /* Under t->lock: bytes of an object of v found at start, counted now. */
 void sizing_counted_locked(struct tree *t, struct version *v, uint64_t bytes);
 /* Under t->lock: what the holder keeps as the bound of the store's bytes,

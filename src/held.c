@@ -247,10 +247,13 @@ uint64_t held_handle_alloc(struct held *h, uint8_t kind, uint64_t node, uint16_t
 		return 0;
 	struct held_handle *r = handle_at(h, s);
 	uint32_t gen = atomic_load(&r->gen) + 1;
-	memset((uint8_t *)r + 1, 0, sizeof(*r) - 1);
+	/* gen only ever grows, even for a daemon killed in the middle of this */
 	atomic_store(&r->gen, gen);
-	r->node = node;
+	atomic_store(&r->state, 0);
 	r->flags = flags;
+	memset((uint8_t *)r + offsetof(struct held_handle, result), 0,
+	       sizeof(*r) - offsetof(struct held_handle, result));
+	r->node = node;
 	atomic_store_explicit(&r->kind, kind, memory_order_release);
 	return (uint64_t)gen << 32 | ((uint64_t)s + 1);
 }

@@ -250,7 +250,8 @@ struct handle *ids_handle(struct tree *t, uint64_t fh)
 	if (!held_handle_get(&t->held, fh))
 		return NULL;
 	_Atomic(void *) *c = handle_cell(t, fh, false);
-	return c ? atomic_load_explicit(c, memory_order_acquire) : NULL;
+	struct handle *h = c ? atomic_load_explicit(c, memory_order_acquire) : NULL;
+	return h && h->fh == fh ? h : NULL;
 }
 
 struct held_handle *ids_handle_record(struct tree *t, uint64_t fh)

@@ -622,6 +622,21 @@ static int link_into_place(struct tree *t, struct publish *u)
  * bytes moved from reserved to used. */
 static int index_locked(struct tree *t, struct publish *u)
 {
+	/* While a takeover lists the store, the listing (or a lookup) may find
+	 * the file this publish has just linked before it is indexed: ours
+	 * takes its place, and what the count made of it is undone. */
+	struct object *found = index_object_find(&t->idx, u->ver, u->obj->hash, u->obj->hash_len);
+	if (found && found != u->obj) {
+		uint64_t size = atomic_load(&found->file_size);
+		if (size != OBJECT_SIZE_UNKNOWN) {
+			t->bytes_used -= size;
+			u->ver->bytes -= size;
+			if (t->warm_bytes) /* it never stood for bytes found at the start */
+				t->unsized_bound += size;
+		}
+		t->objects--;
+		index_object_remove(&t->idx, u->ver, found);
+	}
 	int rc = index_object_insert(&t->idx, u->ver, u->obj);
 
 	if (rc == 0) {
@@ -918,12 +933,12 @@ static void publish_release(struct tree *t, struct handle *h)
 static bool publish_write_quick(struct tree *t, struct handle *h, size_t len)
 {
 	(void)h;
-	return len <= HANDLE_QUICK_BYTES && !sizing_blocks(t);
+	return len <= HANDLE_QUICK_BYTES && !t->sizing; /* a key the filter may hold waits */
 }
 
 static bool publish_flush_quick(struct tree *t, struct handle *h)
 {
-	return !sizing_blocks(t) && !t->remote && !publish_busy(h);
+	return !t->sizing && !t->remote && !publish_busy(h);
 }
 
 static const struct handle_ops publish_ops = {

@@ -1003,13 +1003,13 @@ static bool queue_quick(struct put *p, size_t len)
  * for the cluster. */
 static bool put_write_quick(struct tree *t, struct handle *h, size_t len)
 {
-	return len <= HANDLE_QUICK_BYTES && !sizing_blocks(t) && !t->remote &&
+	return len <= HANDLE_QUICK_BYTES && !t->sizing && !t->remote &&
 	       queue_quick((struct put *)h, len);
 }
 
 static bool put_flush_quick(struct tree *t, struct handle *h)
 {
-	return !sizing_blocks(t) && !t->remote && queue_quick((struct put *)h, 0);
+	return !t->sizing && !t->remote && queue_quick((struct put *)h, 0);
 }
 
 /* A read that ends the transaction is as slow as a flush. */

@@ -263,8 +263,11 @@ static void size_version(struct sizer *z, struct version *v)
 		for (size_t k = 0; k < n; k++) {
 			struct object *o = u.o[i + k];
 			object_name(o, name);
-			bool ok = !t->sizing_stop &&
-				  store_object_stat(v->dirfd, v->keyonly, name, &st) == 0;
+			int src = t->sizing_stop ? -ECANCELED
+						 : store_object_stat(v->dirfd, v->keyonly, name, &st);
+			bool ok = src == 0;
+			if (src < 0 && src != -ENOENT && src != -ECANCELED)
+				z->incomplete = true; /* neither counted nor keyed: not warm */
 			sizes[k] = ok ? (uint64_t)st.st_size : OBJECT_SIZE_UNKNOWN;
 			npy[k] = ok ? npy_size_of(&st) : 0;
 			if (keys && !o->keyed) { /* the key index learns it here */
