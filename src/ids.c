@@ -266,10 +266,10 @@ struct handle *ids_handle_install(struct tree *t, uint64_t fh, struct handle *h)
 
 	if (!c)
 		return NULL;
-	if (!atomic_compare_exchange_strong(c, &none, h))
-		return none; /* another thread revived it first */
-	h->fh = fh;
+	h->fh = fh; /* before it shows: ids_handle checks it */
 	h->tree = t;
+	if (!atomic_compare_exchange_strong(c, &none, h))
+		return none; /* another thread revived it first (the caller drops h) */
 	return h;
 }
 

@@ -193,7 +193,7 @@ struct sizer {
 	size_t nversions;
 	_Atomic size_t next;
 	_Atomic uint64_t objects, bytes;
-	bool incomplete;             /* an object was not keyed: the filter lacks it */
+	_Atomic bool incomplete;     /* an object was not keyed: the filter lacks it */
 	pthread_t threads[4];
 	unsigned nthreads;
 	int64_t started_ns;
