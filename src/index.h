@@ -68,6 +68,9 @@ struct version {
 	 * over indexes them in the background (src/scan.c); until then a name
 	 * that is not indexed is looked for in the store (version_probe). */
 	_Atomic bool listed;
+	/* Objects removed from its directory while it was not listed (tree
+	 * lock): a listing under way may have read their names already. */
+	uint64_t unlisted_removals;
 	struct weights *weights;  /* loaded weights, or NULL (tree lock) */
 	struct object_table objects;
 	uint64_t bytes;           /* committed bytes in this version */

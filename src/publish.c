@@ -499,6 +499,8 @@ static int adopt(struct tree *t, struct publish *u, struct object *old)
 	}
 	rc = store_object_move(old->ver->dirfd, old->ver->keyonly, from, u->ver->dirfd,
 			       u->ver->keyonly, u->name);
+	if (!atomic_load(&old->ver->listed))
+		old->ver->unlisted_removals++;
 	if (rc == 0) {
 		/* o stands for old's file now: old's header, which may be laid
 		 * out otherwise than this publish's (unknown: learned at a read) */

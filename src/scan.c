@@ -22,6 +22,7 @@ struct scan {
 	bool objects_later;        /* versions only: objects by the sizing threads */
 	struct object **batch;     /* a version listed in the background: objects to index */
 	size_t nbatch;
+	uint64_t removals;         /* v->unlisted_removals when its listing began */
 };
 
 #define SCAN_BATCH 4096
@@ -34,8 +35,18 @@ static int index_batch(struct scan *s)
 	int rc = 0;
 
 	pthread_mutex_lock(&t->lock);
+	/* A name read before its object was removed is not indexed: where
+	 * removals came meanwhile (rare), each is looked for in the store. */
+	bool recheck = s->v->unlisted_removals != s->removals;
 	for (size_t i = 0; i < s->nbatch; i++) {
 		struct object *o = s->batch[i];
+		char name[ARTFS_HASH_HEX_MAX + 1];
+		struct stat st;
+		if (recheck) {
+			object_name(o, name);
+			if (store_object_stat(s->v->dirfd, s->v->keyonly, name, &st) < 0)
+				continue;
+		}
 		if (rc == 0 && !s->v->removed &&
 		    !index_object_find(&t->idx, s->v, o->hash, o->hash_len)) {
 			rc = index_object_insert(&t->idx, s->v, o);
@@ -131,6 +142,10 @@ static int scan_version(void *ctx, const char *name, unsigned char d_type)
 static void list_version(struct tree *t, struct version *v)
 {
 	struct scan s = { .t = t, .v = v, .batch = malloc(SCAN_BATCH * sizeof(struct object *)) };
+
+	pthread_mutex_lock(&t->lock);
+	s.removals = v->unlisted_removals;
+	pthread_mutex_unlock(&t->lock);
 	int rc = s.batch ? store_objects_list(v->dirfd, v->keyonly, scan_object, &s) : -ENOMEM;
 
 	if (rc == 0 && s.nbatch)

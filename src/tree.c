@@ -698,6 +698,8 @@ static int remove_object(struct tree *t, struct version *v, const uint8_t *hash,
 			sizing_counted_locked(t, v, bytes);
 		}
 		rc = store_object_remove(v->dirfd, v->keyonly, name);
+		if (!atomic_load(&v->listed))
+			v->unlisted_removals++;
 		if (rc == 0 || rc == -ENOENT) {
 			t->bytes_used -= bytes;
 			t->objects--;
