@@ -248,12 +248,23 @@ static void stop_daemon(struct daemon *d, int sig)
 		kill(d->pid, sig);
 }
 
-/* Waits (bounded) for every daemon to end, SIGKILL after the grace. */
+static void abort_connection(struct holder *h);
+
+/* Waits (bounded) for every daemon to end: one that has not ended
+ * UNMOUNTED_END_MS after it was told to stop has the FUSE connection
+ * aborted under it (a thread of its own may wait for an answer from its
+ * own mount that no daemon gives: the attach socket's bind); SIGKILL after
+ * the grace. */
 static void reap_all(struct holder *h)
 {
-	int64_t until = now_ns() + (int64_t)STOP_GRACE_MS * 1000000;
+	int64_t now = now_ns(), until = now + (int64_t)STOP_GRACE_MS * 1000000;
+	int64_t abort_at = now + (int64_t)UNMOUNTED_END_MS * 1000000;
 
 	while (h->cur.pid > 0 || h->next.pid > 0) {
+		if (abort_at && now_ns() > abort_at && h->cur.pid > 0) {
+			abort_at = 0; /* once */
+			abort_connection(h);
+		}
 		int status;
 		pid_t pid = waitpid(-1, &status, WNOHANG);
 		if (pid == h->cur.pid)
@@ -531,7 +542,8 @@ static void abort_connection(struct holder *h)
 			mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, NULL);
 	}
 	bool done = fd >= 0 && write(fd, "1", 1) == 1;
-	log_warn("holder: daemon %ld did not end within %d s of the unmount; %s; killing it",
+	log_warn("holder: daemon %ld did not end within %d s of the unmount or the stop; %s; "
+		 "killing it",
 		 (long)h->cur.pid, UNMOUNTED_END_MS / 1000,
 		 done ? "aborted its FUSE connection" : "cannot abort its FUSE connection");
 	if (fd >= 0)
