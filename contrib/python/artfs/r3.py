@@ -178,10 +178,11 @@ class _Layout:
 
     def key_of(self, data: Envelope) -> str:
         """The key in the envelope's header; EnvelopeError as _parse_header."""
-        if self.pattern is not None and len(data) >= _U32.size:
+        pattern = self.pattern  # once: another thread may learn a new one meanwhile
+        if pattern is not None and len(data) >= _U32.size:
             (h,) = _U32.unpack_from(data, 0)
             if h <= HEADER_MAX and len(data) - _U32.size >= h:
-                m = self.pattern.fullmatch(data, _U32.size, _U32.size + h)
+                m = pattern.fullmatch(data, _U32.size, _U32.size + h)
                 if m:
                     return "vllm-artifact/" + m.group("key").decode()
         view = memoryview(data)
