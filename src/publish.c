@@ -284,8 +284,7 @@ static int accept_header(struct tree *t, struct publish *u, const struct envelop
 	u->have_header = true;
 	if (sha256_begin(&u->sha) < 0)
 		return fail(t, u, -ENOMEM, "out of memory");
-	sizing_wait_for_key(t, u->key_bin);
-	held_keys_add(&t->held, u->key_bin); /* before its object can be stored */
+	sizing_wait_for_key(t, u->key_bin); /* the key goes into the filter at its link */
 	struct object *old = existing(t, u);
 	if (old && !adoptable(u, old)) {
 		/* Decided now, against what is stored; the payload only has to
@@ -599,7 +598,7 @@ static int link_into_place(struct tree *t, struct publish *u)
 {
 	struct stat st;
 
-	held_keys_add(&t->held, u->key_bin); /* done at its header; whatever path led here */
+	held_keys_add(&t->held, u->key_bin); /* before its object can be in the store */
 	int rc = store_tmp_link(u->ver->dirfd, u->ver->keyonly, &u->tmp, u->name);
 
 	if (rc == -EEXIST)
