@@ -144,6 +144,17 @@ def _publish_one(m, h="0300"):
         return m.path(WV, h), f.read()
 
 
+def _end(m, undo):
+    """Stops m; when no daemon serves it (a test that failed midway), undo
+    lets one serve first: a stat of the mount that no daemon answers (the
+    unmount's) waits for good; a mount none serves within 20 s is cut off."""
+    undo()
+    if wait_for(lambda: "serving " in m.log().rsplit("daemon cannot serve", 1)[-1], timeout=20):
+        m.stop()
+    else:
+        m.kill()
+
+
 def _refused_then_served(m, pid, undo, path, want):
     """The daemons after pid refuse the other store (said in the log) until
     undo() puts the locked one back; then one serves the object as before."""
@@ -176,7 +187,7 @@ def test_a_daemon_refuses_a_store_path_edited_in_the_config(tmp_path):
         assert not os.path.exists(other), "a daemon made a store the holder did not lock"
         _refused_then_served(m, pid, lambda: conf.write_text(f"store = {store}\n"), path, want)
     finally:
-        m.stop()
+        _end(m, lambda: conf.write_text(f"store = {store}\n"))
 
 
 def test_a_daemon_refuses_a_store_directory_renamed_and_replaced(tmp_path, make_mount):
@@ -187,18 +198,105 @@ def test_a_daemon_refuses_a_store_directory_renamed_and_replaced(tmp_path, make_
     m = make_mount()
     path, want = _publish_one(m)
     moved = m.store + ".moved"
-    os.rename(m.store, moved)
-    os.mkdir(m.store, 0o700)
-    pid = m.kill_daemon()
-    m.wait_daemon_other_than(pid)
-    assert m.wait_log("does not serve another store", timeout=20), m.log()
-    assert os.listdir(m.store) == [], "a daemon served the empty directory"
-    second = Mount(tmp_path, "second", store=moved).start(expect_fail=True)
-    assert second.proc.wait(timeout=30) != 0 and not is_mounted(second.mountpoint)
-    assert "in use by another artfs daemon" in second.log(), second.log()
-    second.stop(check=False)
 
     def undo():
-        os.rmdir(m.store)
-        os.rename(moved, m.store)
-    _refused_then_served(m, pid, undo, path, want)
+        if os.path.exists(moved):
+            shutil.rmtree(m.store, ignore_errors=True)
+            os.rename(moved, m.store)
+    os.rename(m.store, moved)
+    os.mkdir(m.store, 0o700)
+    try:
+        pid = m.kill_daemon()
+        m.wait_daemon_other_than(pid)
+        assert m.wait_log("does not serve another store", timeout=20), m.log()
+        assert os.listdir(m.store) == [], "a daemon served the empty directory"
+        second = Mount(tmp_path, "second", store=moved).start(expect_fail=True)
+        assert second.proc.wait(timeout=30) != 0 and not is_mounted(second.mountpoint)
+        assert "in use by another artfs daemon" in second.log(), second.log()
+        second.stop(check=False)
+        _refused_then_served(m, pid, undo, path, want)
+    finally:
+        undo()
+        if not wait_for(lambda: "serving " in m.log().rsplit("daemon cannot serve", 1)[-1],
+                        timeout=20):
+            m.kill()  # make_mount's stop would wait for good on a mount none serves
+
+
+# ---- a daemon that cannot start says why; status does not hang ------------------
+
+def _status(m, *args):
+    """artfsctl status of m: (exit status, stdout, stderr, seconds it took)."""
+    start = time.monotonic()
+    r = subprocess.run([artfsctl(), "-m", m.mountpoint, "status", *args],
+                       capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stdout, r.stderr, time.monotonic() - start
+
+
+def test_a_daemon_that_cannot_read_its_config_says_why(tmp_path):
+    """The config file turns invalid after the mount, then a crash: each
+    next daemon logs why it cannot serve and says it in its READY (the
+    holder logs it); `artfsctl status` answers within its timeout
+    meanwhile; once the file is fixed a daemon serves again."""
+    conf = tmp_path / "artfs.conf"
+    conf.write_text("capacity = 1G\n")
+    m = Mount(tmp_path, config=str(conf)).start()
+    try:
+        assert _status(m)[0] == 0
+        conf.write_text("capacity = banana\n")
+        pid = m.kill_daemon()
+        m.wait_daemon_other_than(pid)
+        assert m.wait_log("holder: the daemon cannot serve:", timeout=20), m.log()
+        assert "error: cannot serve: " in m.log() and "capacity=banana" in m.log(), m.log()
+        rc, out, err, took = _status(m, "--timeout", "2")
+        assert rc == 1 and "does not answer within 2 s" in err, (rc, out, err)
+        assert took < 20, took
+        n = m.log().count("serving ")
+        conf.write_text("capacity = 1G\n")
+        assert wait_for(lambda: m.log().count("serving ") > n, timeout=20), m.log()
+        rc, out, err, _ = _status(m)
+        assert rc == 0 and "store" in out, (rc, out, err)
+    finally:
+        _end(m, lambda: conf.write_text("capacity = 1G\n"))
+
+
+def test_a_relative_config_path_is_refused_before_the_mount(tmp_path):
+    """config= relative: refused with a message before anything is
+    mounted (a holder in the background runs its daemons from /, where the
+    path names another file)."""
+    (tmp_path / "artfs.conf").write_text("capacity = 1G\n")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run([os.environ["ARTFS_DAEMON"], "-o",
+                        f"store={tmp_path / 'store'},config=artfs.conf", str(mnt)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    if is_mounted(str(mnt)):
+        subprocess.run(["umount", str(mnt)], check=False)
+    assert r.returncode != 0, r.stderr
+    assert "config=artfs.conf: must be an absolute path" in r.stderr, r.stderr
+
+
+# ---- .artfs/control is the mount owner's -------------------------------------------
+
+def test_the_uid_user_cannot_write_control(make_mount):
+    """uid= shows another owner for the mount's entries, not for
+    .artfs/control: that user cannot open it to write (load, unload,
+    upgrade); the mount's owner (root) can."""
+    m = make_mount(uid=str(NOBODY), gid=str(NOBODY), allow_other=None)
+    control = m.path(".artfs", "control")
+    child = ("import errno, os\n"
+             "try:\n"
+             "    fd = os.open('.artfs/control', os.O_WRONLY)\n"
+             "except OSError as e:\n"
+             "    print(errno.errorcode[e.errno])\n"
+             "else:\n"
+             "    os.close(fd)\n"
+             "    print('opened')\n")
+    r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                        "/usr/bin/python3", "-c", child], cwd=m.mountpoint,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "EACCES", r.stdout
+    st = os.stat(control)
+    assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid())
+    assert os.stat(m.mountpoint).st_uid == NOBODY
+    os.close(os.open(control, os.O_WRONLY))  # the owner may
