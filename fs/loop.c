@@ -34,6 +34,7 @@
 #include "log.h"
 #include "loop.h"
 #include "parallel.h"
+#include "takeover.h"
 
 static struct {
 	pthread_mutex_t mu;
@@ -158,7 +159,9 @@ static int lead(struct fuse_buf *buf)
 		/* FUSE_NOTIFY_RESEND marks what it sends again with bit 63. */
 		resent = n >= (int)sizeof(struct fuse_in_header) &&
 			 (((const struct fuse_in_header *)buf->mem)->unique >> 63);
-		fuse_session_process_buf(pool.se, buf);
+		if (!(resent && pool.held &&
+		      takeover_fail_resent(fuse_session_fd(pool.se), pool.held, buf->mem, (size_t)n)))
+			fuse_session_process_buf(pool.se, buf);
 		note(f, buf, 0);
 		if (!leading) /* it was slow and handed off: it ended now */
 			atomic_fetch_sub(&pool.slow, 1);

@@ -95,8 +95,11 @@ static bool answered(uint32_t opcode)
 	return opcode != FUSE_FORGET && opcode != FUSE_BATCH_FORGET && opcode != FUSE_INTERRUPT;
 }
 
-/* Without a resend: every request the dead daemon was serving fails with
- * EIO, so that no client waits for good. Returns how many. */
+/* Without the kernel's resend: every request the dead daemon noted as
+ * being served fails with EIO, so that no client waits for good. A window
+ * remains: a request it had read but not noted yet (fs/loop.c notes it
+ * right after the read) is not known here and stays unanswered; only the
+ * kernel's resend knows every request that was read. Returns how many. */
 static unsigned fail_lost(int fd, struct held *held)
 {
 	unsigned failed = 0;
@@ -125,9 +128,12 @@ static void forget_inflight(struct held *held)
 	}
 }
 
-/* After a crash: the kernel moves what the dead daemon had read back to
- * its queue (resent requests carry bit 63 in their unique), or they are
- * answered EIO. */
+/* After a crash: where the kernel can, it moves what the dead daemon had
+ * read back to its queue (resent requests carry bit 63 in their unique):
+ * with resend=1 they are served again, with resend=0 each is answered EIO
+ * as it comes back (takeover_fail_resent), so that no request read is
+ * missed, whenever the daemon died. Without the kernel's resend they are
+ * answered EIO from the dead daemon's notes. */
 static void recover_lost(int fd, struct held *held)
 {
 	uint32_t flags = held->hdr->flags;
@@ -135,11 +141,12 @@ static void recover_lost(int fd, struct held *held)
 
 	for (unsigned i = 0; i < HELD_INFLIGHT; i++)
 		inflight += atomic_load(&held_inflight(held, i)->unique) != 0;
-	if ((flags & HELD_KERNEL_RESEND) && !(flags & HELD_NO_RESEND)) {
+	if (flags & HELD_KERNEL_RESEND) {
 		int rc = write_out(fd, 0, FUSE_NOTIFY_RESEND);
 		if (rc == 0) {
 			log_info("takeover: asked the kernel to resend the requests the daemon that "
-				 "died had read (%u were being served)", inflight);
+				 "died had read (%u were being served)%s", inflight,
+				 flags & HELD_NO_RESEND ? "; resend=0: each is answered EIO" : "");
 			forget_inflight(held);
 			return;
 		}
@@ -151,6 +158,23 @@ static void recover_lost(int fd, struct held *held)
 		log_warn("takeover: %u requests lost with the daemon that died were answered EIO",
 			 failed);
 	forget_inflight(held);
+}
+
+bool takeover_fail_resent(int fd, const struct held *held, const void *req, size_t len)
+{
+	struct fuse_in_header in;
+
+	if (!(held->hdr->flags & HELD_NO_RESEND) || len < sizeof(in))
+		return false;
+	memcpy(&in, req, sizeof(in));
+	if (!(in.unique >> 63))
+		return false;
+	int rc = write_out(fd, in.unique, -EIO);
+	log_warn("takeover: request %llu (opcode %u, node %llu) was read by the daemon that "
+		 "died; resend=0: %s", (unsigned long long)(in.unique & ~(1ull << 63)), in.opcode,
+		 (unsigned long long)in.nodeid,
+		 rc == 0 ? "answered EIO" : "cannot answer it EIO");
+	return true;
 }
 
 int takeover_session(struct fuse_session *se, const struct takeover *tk, struct held *held)

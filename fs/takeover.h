@@ -58,6 +58,11 @@ int takeover_session(struct fuse_session *se, const struct takeover *tk, struct 
  * read is resent (or answered EIO); else its record is cleared. */
 void takeover_recover(const struct takeover *tk, struct held *held, bool crashed);
 
+/* With resend=0 (HELD_NO_RESEND), a request the kernel sent again (bit 63
+ * of its unique: one a dead daemon had read) is answered EIO here, and
+ * logged with its opcode and node: true. False: serve it. */
+bool takeover_fail_resent(int fd, const struct held *held, const void *req, size_t len);
+
 /* Tells the holder this daemon serves (rc 0) or cannot start (rc < 0, why
  * in words). For an upgrade it then waits for the holder's GO: 0 the
  * daemon before drained, 1 it died instead (recover as after a crash),

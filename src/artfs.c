@@ -15,6 +15,7 @@
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "attach.h"
@@ -33,6 +34,7 @@
 
 struct cmdline {
 	struct artfs_config *cfg;
+	char why[256];      /* the first option refused */
 	char *positional[3];
 	int npositional;
 	int failed;
@@ -58,6 +60,8 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	if (key == FUSE_OPT_KEY_NONOPT) {
 		if (c->npositional == 2) {
 			fprintf(stderr, "artfs: unexpected argument \"%s\"\n", arg);
+			if (!c->failed)
+				snprintf(c->why, sizeof(c->why), "unexpected argument \"%.200s\"", arg);
 			c->failed = 1;
 			return 0;
 		}
@@ -93,6 +97,8 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		return 1; /* not ours: a FUSE or mount option */
 	if (rc < 0) {
 		fprintf(stderr, "artfs: %s\n", err);
+		if (!c->failed)
+			snprintf(c->why, sizeof(c->why), "%s", err);
 		c->failed = 1;
 	}
 	return 0;
@@ -414,6 +420,32 @@ static int run_daemon(struct artfs_config *cfg, struct fuse_args *args,
 	return rc;
 }
 
+/* Whether this process's standard error goes nowhere (a holder in the
+ * background gives its daemons /dev/null): then the log is syslog. */
+static bool stderr_is_null(void)
+{
+	struct stat err, null;
+
+	return fstat(2, &err) < 0 ||
+	       (stat("/dev/null", &null) == 0 && S_ISCHR(err.st_mode) && err.st_rdev == null.st_rdev);
+}
+
+/* A daemon that a holder started cannot take what it was given (its
+ * config file changed since the mount, or the binary now on disk takes
+ * its options otherwise): it says why in the log, where someone reads it
+ * (syslog in the background), and in its READY message, which the holder
+ * logs. Returns the exit status. */
+static int daemon_refuse(bool debug, const char *why)
+{
+	struct takeover tk;
+
+	log_init(stderr_is_null(), debug);
+	log_err("cannot serve: %s", why);
+	if (takeover_from_env(&tk))
+		takeover_ready(&tk, -EINVAL, why);
+	return 1;
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -435,13 +467,19 @@ int main(int argc, char *argv[])
 		setrlimit(RLIMIT_NOFILE, &nofile);
 	}
 	config_init(&cfg);
-	if (fuse_opt_parse(&args, &c, NULL, opt_proc) != 0 || c.failed)
+	if (fuse_opt_parse(&args, &c, NULL, opt_proc) != 0 || c.failed) {
+		if (holder_started_us())
+			rc = daemon_refuse(false, c.why[0] ? c.why : "cannot parse its command line");
 		goto out;
+	}
 	/* mount.fuse3 calls us as `artfs <source> <mountpoint> -o ...`. */
 	if (c.npositional > 0)
 		fuse_opt_add_arg(&args, c.positional[c.npositional - 1]);
-	if (fuse_parse_cmdline(&args, &opts) != 0)
+	if (fuse_parse_cmdline(&args, &opts) != 0) {
+		if (holder_started_us())
+			rc = daemon_refuse(false, "cannot parse its command line (FUSE options)");
 		goto out;
+	}
 	if (opts.show_help) {
 		usage(argv[0]);
 		rc = 0;
@@ -459,7 +497,10 @@ int main(int argc, char *argv[])
 		goto out_opts;
 	}
 	if (cfg.config_file && config_load_file(&cfg, cfg.config_file, err, sizeof(err)) < 0) {
-		fprintf(stderr, "artfs: %s\n", err);
+		if (holder_started_us())
+			rc = daemon_refuse(opts.debug, err);
+		else
+			fprintf(stderr, "artfs: %s\n", err);
 		goto out_opts;
 	}
 	config_finish(&cfg);

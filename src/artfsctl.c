@@ -11,12 +11,15 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -548,20 +551,154 @@ static int status_report(const struct ctl *ctl, struct config_view *c, struct me
 	return 0;
 }
 
+/* How long status waits for the mount's answers by default: a mount whose
+ * daemon does not serve (one that cannot start: the holder retries, and
+ * says why in its log) answers nothing, and a read of it waits for good. */
+#define STATUS_WAIT_S 5
+
+static int write_all(int fd, const void *buf, size_t len);
+static double seconds_now(void);
+
+struct status_texts {
+	char *text[2];             /* .artfs/config, .artfs/metrics */
+	size_t len[2];
+};
+
+static const char *const status_files[2] = { ".artfs/config", ".artfs/metrics" };
+
+/* In a child of its own (status_fetch): the two files, each as its read's
+ * result (int), then its length and bytes, on fd. Exits with the exit
+ * status of the mount's check. */
+static void status_child(const struct ctl *ctl, int fd)
+{
+	int rc = mount_check(ctl);
+
+	if (rc)
+		_exit(rc);
+	for (int i = 0; i < 2; i++) {
+		char *text = NULL;
+		size_t len = 0;
+		int32_t r = info_read(ctl, status_files[i], &text, &len);
+		uint64_t n = len;
+		if (write(fd, &r, sizeof(r)) != sizeof(r) ||
+		    (r == 0 && (write(fd, &n, sizeof(n)) != sizeof(n) || write_all(fd, text, len) < 0)))
+			_exit(1);
+		free(text);
+	}
+	_exit(0);
+}
+
+/* Reads len bytes from fd until the deadline (CLOCK_MONOTONIC s): 0,
+ * -ETIMEDOUT, -EPIPE (the writer ended first) or -errno. */
+static int read_until(int fd, void *buf, size_t len, double deadline)
+{
+	for (size_t done = 0; done < len;) {
+		double left = deadline - seconds_now();
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int n = left > 0 ? poll(&p, 1, (int)(left * 1000) + 1) : 0;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -ETIMEDOUT;
+		ssize_t r = read(fd, (char *)buf + done, len - done);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EPIPE;
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+/* One file's text from the child: 0, the read's -errno (*failed set), or
+ * the pipe's. */
+static int status_take(int fd, struct status_texts *t, int i, double deadline, int *failed)
+{
+	int32_t r;
+	uint64_t n;
+	int rc = read_until(fd, &r, sizeof(r), deadline);
+
+	if (rc < 0)
+		return rc;
+	if (r < 0) {
+		*failed = r;
+		return 0;
+	}
+	if ((rc = read_until(fd, &n, sizeof(n), deadline)) < 0)
+		return rc;
+	if (n >= INFO_FILE_MAX || !(t->text[i] = malloc((size_t)n + 1)))
+		return -ENOMEM;
+	t->len[i] = (size_t)n;
+	t->text[i][n] = '\0';
+	return read_until(fd, t->text[i], (size_t)n, deadline);
+}
+
+/* Reads .artfs/config and .artfs/metrics in a child process, waiting at
+ * most wait_s for them: a read of a mount whose daemon does not serve
+ * waits in the kernel, where only a fatal signal ends it (the child is
+ * killed then, and this process answers). Returns 0 or the exit status
+ * after saying why. */
+static int status_fetch(const struct ctl *ctl, unsigned wait_s, struct status_texts *t)
+{
+	int p[2], rc = 0, failed[2] = { 0, 0 };
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return fail("status: %s", strerror(errno));
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(p[0]);
+		status_child(ctl, p[1]);
+	}
+	close(p[1]);
+	if (pid < 0) {
+		close(p[0]);
+		return fail("status: %s", strerror(errno));
+	}
+	double deadline = seconds_now() + wait_s;
+	for (int i = 0; i < 2 && rc == 0; i++)
+		rc = status_take(p[0], t, i, deadline, &failed[i]);
+	close(p[0]);
+	if (rc == -ETIMEDOUT) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, WNOHANG); /* a request already read by a dying daemon holds it */
+		return fail("%s does not answer within %u s: its daemon does not serve (the artfs "
+			    "log, syslog in the background, says why)", ctl->mnt, wait_s);
+	}
+	int status = 0;
+	waitpid(pid, &status, 0);
+	if (rc == -EPIPE && WIFEXITED(status) && WEXITSTATUS(status) != 0)
+		return WEXITSTATUS(status); /* the mount's check said why */
+	if (rc < 0)
+		return fail("status: %s", strerror(-rc));
+	for (int i = 0; i < 2; i++)
+		if (failed[i] < 0)
+			return fail("reading %s/%s: %s", ctl->mnt, status_files[i], strerror(-failed[i]));
+	return 0;
+}
+
 static int cmd_status(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "mount", required_argument, NULL, 'm' },
+		{ "timeout", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	char o[64];
 	int opt;
+	uint64_t wait_s = STATUS_WAIT_S;
 
 	optind = 0;
-	while ((opt = getopt_long(argc, argv, ":m:h", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":m:t:h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'm': ctl->mnt = optarg; break;
+		case 't':
+			if (!parse_positive(optarg, &wait_s) || wait_s > 86400)
+				return bad_usage("status: --timeout takes seconds, 1 to 86400");
+			break;
 		case 'h': usage(stdout); return 0;
 		case ':': return bad_usage("status: %s needs a value", bad_option(argv, o, sizeof(o)));
 		default: return bad_usage("status: unknown option %s", bad_option(argv, o, sizeof(o)));
@@ -569,31 +706,26 @@ static int cmd_status(struct ctl *ctl, int argc, char **argv)
 	}
 	if (optind < argc)
 		return bad_usage("status: unexpected argument \"%s\"", argv[optind]);
-	int rc = mount_check(ctl);
-	if (rc)
+	struct status_texts t = { { NULL, NULL }, { 0, 0 } };
+	int rc = status_fetch(ctl, (unsigned)wait_s, &t);
+	if (rc) {
+		free(t.text[0]);
+		free(t.text[1]);
 		return rc;
-
-	char *ctext = NULL, *mtext = NULL;
-	size_t clen, mlen;
-	if ((rc = info_read(ctl, ".artfs/config", &ctext, &clen)) < 0)
-		return fail("reading %s/.artfs/config: %s", ctl->mnt, strerror(-rc));
-	if ((rc = info_read(ctl, ".artfs/metrics", &mtext, &mlen)) < 0) {
-		free(ctext);
-		return fail("reading %s/.artfs/metrics: %s", ctl->mnt, strerror(-rc));
 	}
 	struct config_view c = { 0 };
 	struct metrics_view m = { 0 };
 	config_init(&c.cfg);
-	for_each_line(ctext, clen, config_line, &c);
-	for_each_line(mtext, mlen, metrics_line, &m);
+	for_each_line(t.text[0], t.len[0], config_line, &c);
+	for_each_line(t.text[1], t.len[1], metrics_line, &m);
 	if (m.oom)
 		rc = fail("reading %s/.artfs/metrics: %s", ctl->mnt, strerror(ENOMEM));
 	else
 		rc = status_report(ctl, &c, &m);
 	config_free(&c.cfg);
 	free(m.samples);
-	free(ctext);
-	free(mtext);
+	free(t.text[0]);
+	free(t.text[1]);
 	return rc;
 }
 
@@ -1245,8 +1377,9 @@ static int cmd_upgrade(struct ctl *ctl, int argc, char **argv)
 
 /* One entry and one function per command. */
 static const struct command commands[] = {
-	{ "status", "",
-	  "the mount, its store and capacity, and one line per weight version",
+	{ "status", "[--timeout SECONDS]",
+	  "the mount, its store and capacity, and one line per weight version (waiting at most\n"
+	  "      --timeout seconds, default 5, for a mount whose daemon does not answer)",
 	  cmd_status },
 	{ "materialize", "<wv> [--token-end N] [--block-size N] < hashes > out.npy",
 	  "one request's R3 array as .npy, from its block hashes on stdin (one a line)",

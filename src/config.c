@@ -144,7 +144,9 @@ const struct config_option config_options[] = {
 	  .arg = "SECONDS", .help = "idle time before a version is collected, 0 = never" },
 	{ .name = "allow_quant", .kind = CONFIG_TEXT, .offset = FIELD(allow_quant), .initial = "",
 	  .arg = "LIST", .help = "quantization methods served zero-copy besides unquantized and fp8" },
-	{ .name = "config", .kind = CONFIG_TEXT, .offset = FIELD(config_file),
+	/* A path, so absolute: each daemon reads it again, from / when the
+	 * holder runs in the background. */
+	{ .name = "config", .kind = CONFIG_PATH, .offset = FIELD(config_file),
 	  .flags = CONFIG_COMMAND_LINE,
 	  .arg = "FILE", .help = "`key = value` lines with any option, and weights.<wv> = <dir>" },
 	{ .name = "remote", .kind = CONFIG_TEXT, .offset = FIELD(remote),
@@ -163,7 +165,8 @@ const struct config_option config_options[] = {
 	{ .name = "remote_auth", .kind = CONFIG_PATH, .offset = FIELD(remote_auth),
 	  .arg = "FILE", .help = "file whose first line is the cluster's AUTH password" },
 	{ .name = "uid", .kind = CONFIG_ID, .offset = FIELD(uid), .derived = daemon_uid,
-	  .arg = "N", .help = "owner shown for every entry (default: the daemon's)" },
+	  .arg = "N", .help = "owner shown for every entry but .artfs/control, which stays\n"
+	  "                           the daemon's (default: the daemon's)" },
 	{ .name = "gid", .kind = CONFIG_ID, .offset = FIELD(gid), .derived = daemon_gid,
 	  .arg = "N", .help = "group shown for every entry (default: the daemon's)" },
 	{ .name = "umask", .kind = CONFIG_OCTAL, .offset = FIELD(umask), .initial = "022",

@@ -150,14 +150,15 @@ static int top_dir(struct store *s, const char *name, char *err, size_t errlen)
 	return fd;
 }
 
-/* The store's directory, made if missing (mode 0700), opened without
- * following links, this user's, mode 0700: its fd, or -errno (err). */
-static int root_open(const char *path, char *err, size_t errlen)
+/* The store's directory, made if missing (mode 0700; create false: not
+ * made), opened without following links, this user's, mode 0700: its fd,
+ * or -errno (err). */
+static int root_open(const char *path, bool create, char *err, size_t errlen)
 {
 	struct stat st;
 	int rc;
 
-	if (mkdir(path, 0700) < 0 && errno != EEXIST) {
+	if (create && mkdir(path, 0700) < 0 && errno != EEXIST) {
 		rc = -errno;
 		snprintf(err, errlen, "store %s: cannot create: %s", path, strerror(errno));
 		return rc;
@@ -167,7 +168,9 @@ static int root_open(const char *path, char *err, size_t errlen)
 		rc = -errno;
 		snprintf(err, errlen, "store %s: %s", path,
 			 errno == ELOOP || errno == ENOTDIR ? "not a directory (links are not followed)"
-							    : strerror(errno));
+			 : errno == ENOENT && !create ? "no such directory (moved or removed since the "
+							"mount: this mount's store is elsewhere)"
+			 : strerror(errno));
 		return rc;
 	}
 	if (fstat(fd, &st) < 0) {
@@ -193,13 +196,39 @@ static int root_open(const char *path, char *err, size_t errlen)
 
 int store_lock(const char *path, char *err, size_t errlen)
 {
-	int root = root_open(path, err, errlen);
+	int root = root_open(path, true, err, errlen);
 
 	if (root < 0)
 		return root;
 	int fd = lock_open(root, path, err, errlen);
 	close(root);
 	return fd;
+}
+
+/* The directory opened at root_fd is the one whose lock file a holder
+ * locked (lock_fd): 0, or -ESTALE with why in err. Every daemon of a mount
+ * reopens the store by its path (store= of the command line or of the
+ * config file, read again by each): a path edited or a directory renamed
+ * or replaced since the mount names another store, unlocked, without the
+ * objects acknowledged so far. The lock file's identity is the directory's:
+ * it is opened, never made, here. */
+static int root_is_locked_one(int root_fd, int lock_fd, const char *path, char *err,
+			      size_t errlen)
+{
+	struct stat locked, here;
+
+	if (fstat(lock_fd, &locked) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "store %s: the holder's lock: %s", path, strerror(e));
+		return -e;
+	}
+	if (fstatat(root_fd, "lock", &here, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    here.st_dev == locked.st_dev && here.st_ino == locked.st_ino)
+		return 0;
+	snprintf(err, errlen, "the store this mount's holder locked is not at %s (store= "
+		 "changed, or the directory was renamed or replaced, since the mount); this daemon "
+		 "does not serve another store", path);
+	return -ESTALE;
 }
 
 int store_open(struct store *s, const char *path, int lock_fd, char *err, size_t errlen)
@@ -213,10 +242,15 @@ int store_open(struct store *s, const char *path, int lock_fd, char *err, size_t
 	s->path = strdup(path);
 	if (!s->path)
 		return -ENOMEM;
-	s->root_fd = root_open(path, err, errlen);
+	s->root_fd = root_open(path, lock_fd < 0, err, errlen);
 	if (s->root_fd < 0) {
 		rc = s->root_fd;
 		goto fail;
+	}
+	if (lock_fd >= 0) {
+		rc = root_is_locked_one(s->root_fd, lock_fd, path, err, errlen);
+		if (rc < 0)
+			goto fail;
 	}
 	s->lock_fd = lock_fd >= 0 ? lock_fd : lock_open(s->root_fd, path, err, errlen);
 	if (s->lock_fd < 0) {

@@ -64,7 +64,9 @@ struct store_tmp {
 /* Creates the directory (mode 0700) if missing, opens it without following
  * links, refuses one owned by another user, takes the exclusive lock (or,
  * lock_fd >= 0, adopts the one a holder took with store_lock: the store
- * then owns that descriptor). Returns 0 or a negative errno with a message
+ * then owns that descriptor; the directory is then not made, and one
+ * whose lock file is not lock_fd's is refused, -ESTALE: it is not the
+ * store the holder locked). Returns 0 or a negative errno with a message
  * in err. */
 int store_open(struct store *s, const char *path, int lock_fd, char *err, size_t errlen);
 void store_close(struct store *s);

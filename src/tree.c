@@ -275,6 +275,10 @@ int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeou
 		return 0;
 	case NODE_INFO_FILE:
 		stat_common(t, n, st, S_IFREG | (n->sub == INFO_CONTROL ? 0200 : 0444));
+		if (n->sub == INFO_CONTROL) { /* the mount's owner's, whatever uid=/gid= show */
+			st->st_uid = getuid();
+			st->st_gid = getgid();
+		}
 		*timeout = 0;
 		return 0;
 	case NODE_SOCKET:
