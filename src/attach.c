@@ -4,9 +4,12 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -16,6 +19,205 @@
 #include "log.h"
 
 #define BACKLOG 256
+
+/* ---- the log: a flood of clients writes a few lines a second -------------------------- */
+
+#define LOG_PER_SECOND 5
+
+static struct {
+	pthread_mutex_t mu;
+	int64_t second;       /* CLOCK_MONOTONIC second of the lines counted */
+	unsigned lines;       /* logged in that second */
+	uint64_t suppressed;  /* not logged since the last line that said so */
+} alog = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Says how many lines were left out, once their second is over. */
+static void alog_flush(void)
+{
+	int64_t now = mono_ms() / 1000;
+	uint64_t left = 0;
+
+	pthread_mutex_lock(&alog.mu);
+	if (now != alog.second && alog.suppressed) {
+		left = alog.suppressed;
+		alog.suppressed = 0;
+	}
+	pthread_mutex_unlock(&alog.mu);
+	if (left)
+		log_warn("attach socket: %llu more lines about its clients were not logged "
+			 "(at most %d a second)", (unsigned long long)left, LOG_PER_SECOND);
+}
+
+static bool alog_pending(void)
+{
+	pthread_mutex_lock(&alog.mu);
+	bool any = alog.suppressed != 0;
+	pthread_mutex_unlock(&alog.mu);
+	return any;
+}
+
+/* What clients cause: any local user may connect, so at most
+ * LOG_PER_SECOND lines a second (165,690 lines in 6 s without). */
+static void __attribute__((format(printf, 1, 2))) alog_warn(const char *fmt, ...)
+{
+	int64_t now = mono_ms() / 1000;
+	char line[512];
+	va_list ap;
+
+	alog_flush();
+	pthread_mutex_lock(&alog.mu);
+	if (now != alog.second) {
+		alog.second = now;
+		alog.lines = 0;
+	}
+	bool say = alog.lines < LOG_PER_SECOND;
+	if (say)
+		alog.lines++;
+	else
+		alog.suppressed++;
+	pthread_mutex_unlock(&alog.mu);
+	if (!say)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	log_warn("%s", line);
+}
+
+/* ---- closing what a client may have passed ----------------------------------------------- */
+
+/* A client's connection may hold descriptors it passed (SCM_RIGHTS) that
+ * were never received: closing it drops them, and the last close of one
+ * can block (a TCP socket with SO_LINGER and unsent data: its linger
+ * time; a file of a stalled FUSE mount). Such connections are closed on a
+ * thread of their own that nothing waits for, not on the attach thread
+ * (which an upgrade joins); a process's exit ends that thread's wait. */
+#define CLOSER_MAX 1024
+
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool started;
+	unsigned head, n;
+	int fd[CLOSER_MAX];
+	uint64_t kept;        /* left open: the queue was full */
+} closer = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+static void *closer_main(void *arg)
+{
+	(void)arg;
+	setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
+	pthread_mutex_lock(&closer.mu);
+	for (;;) {
+		while (closer.n == 0)
+			pthread_cond_wait(&closer.cv, &closer.mu);
+		int fd = closer.fd[closer.head];
+		closer.head = (closer.head + 1) % CLOSER_MAX;
+		closer.n--;
+		pthread_mutex_unlock(&closer.mu);
+		close(fd);
+		pthread_mutex_lock(&closer.mu);
+	}
+	return NULL;
+}
+
+/* fd is closed by the closer thread. Where it cannot take it (its queue
+ * full behind closes that block, no thread), fd stays open until the
+ * process ends (its exit does not wait for a linger) rather than block
+ * the attach thread. */
+static void closer_give(int fd)
+{
+	pthread_mutex_lock(&closer.mu);
+	if (!closer.started) {
+		pthread_t th;
+		pthread_attr_t a;
+		pthread_attr_init(&a);
+		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+		closer.started = pthread_create(&th, &a, closer_main, NULL) == 0;
+		pthread_attr_destroy(&a);
+	}
+	bool taken = closer.started && closer.n < CLOSER_MAX;
+	if (taken) {
+		closer.fd[(closer.head + closer.n++) % CLOSER_MAX] = fd;
+		pthread_cond_signal(&closer.cv);
+	} else {
+		closer.kept++;
+	}
+	uint64_t kept = closer.kept;
+	pthread_mutex_unlock(&closer.mu);
+	if (!taken)
+		alog_warn("attach socket: a connection that holds descriptors its client passed "
+			  "is left open (%llu so far): the closes before it block",
+			  (unsigned long long)kept);
+}
+
+/* The next message of conn, received (or only peeked at) without taking
+ * any descriptor it carries: SO_PASSCRED (set at accept) gives every
+ * message credentials, so that no credentials is the end of the stream
+ * and a message that carried descriptors is MSG_CTRUNC. Its length, -errno,
+ * or -EBADMSG for a message with descriptors (dropped with the
+ * connection); *eof when none is left. */
+static ssize_t recv_clean(int conn, void *buf, size_t len, int flags, bool *eof)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	union {
+		char buf[CMSG_SPACE(sizeof(struct ucred))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			      .msg_controllen = sizeof(u.buf) };
+	ssize_t n;
+
+	while ((n = recvmsg(conn, &msg, flags | MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC)) < 0 &&
+	       errno == EINTR)
+		;
+	*eof = false;
+	if (n < 0)
+		return -errno;
+	if (msg.msg_flags & MSG_CTRUNC)
+		return -EBADMSG;
+	*eof = n == 0 && msg.msg_controllen == 0;
+	return n;
+}
+
+/* Messages a connection may still hold when it is closed: a few are
+ * received to see that none carries descriptors; past those the closer
+ * thread closes it. */
+#define DRAIN_MAX 8
+
+/* Ends a client's connection without a close that could block (see
+ * closer): once no more can come (SHUT_RD), a connection that holds no
+ * passed descriptor is closed here, any other by the closer thread. */
+static void conn_release(int conn)
+{
+	uint8_t b[64];
+	bool eof;
+
+	if (shutdown(conn, SHUT_RD) < 0 && errno != ENOTCONN) {
+		closer_give(conn);
+		return;
+	}
+	for (int i = 0; i < DRAIN_MAX; i++) {
+		ssize_t n = recv_clean(conn, b, sizeof(b), MSG_PEEK, &eof);
+		if (n < 0 && n != -EAGAIN)
+			break;
+		if (eof || n == -EAGAIN) {
+			close(conn);
+			return;
+		}
+		if (recv_clean(conn, b, sizeof(b), 0, &eof) < 0) /* the clean one peeked at */
+			break;
+	}
+	closer_give(conn);
+}
 
 int attach_request_parse(const void *buf, size_t len, struct artfs_slabs_request *req)
 {
@@ -70,11 +272,17 @@ int attach_serve_conn(int conn, attach_resolve_fn resolve, void *ctx, int timeou
 		;
 	if (r <= 0)
 		return r == 0 ? -ETIMEDOUT : -errno;
-	ssize_t n;
-	while ((n = recv(conn, buf, sizeof(buf), MSG_DONTWAIT | MSG_TRUNC)) < 0 && errno == EINTR)
-		;
+	bool eof;
+	/* A request that carries descriptors is never received (see closer). */
+	ssize_t n = recv_clean(conn, buf, sizeof(buf), MSG_PEEK, &eof);
+	if (n == -EBADMSG)
+		return -EBADMSG;
+	if (n >= 0)
+		n = recv_clean(conn, buf, sizeof(buf), 0, &eof);
 	if (n < 0)
-		return -errno;
+		return (int)n;
+	if (eof)
+		return -ECONNRESET;
 	memset(&reply, 0, sizeof(reply));
 	reply.magic = ARTFS_SLABS_MAGIC;
 	memset(&slabs, 0, sizeof(slabs));
@@ -147,17 +355,9 @@ struct pending {
 	unsigned n;
 };
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void pending_drop(struct pending *q, unsigned i)
 {
-	close(q->fd[i]);
+	conn_release(q->fd[i]);
 	q->n--;
 	memmove(&q->fd[i], &q->fd[i + 1], (q->n - i) * sizeof(q->fd[0]));
 	memmove(&q->until_ms[i], &q->until_ms[i + 1], (q->n - i) * sizeof(q->until_ms[0]));
@@ -169,12 +369,18 @@ static void accept_one(struct attach_server *s, struct pending *q)
 
 	if (conn < 0) {
 		if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
-			log_warn("attach socket: accept: %s", strerror(errno));
+			alog_warn("attach socket: accept: %s", strerror(errno));
+		return;
+	}
+	int on = 1;
+	if (setsockopt(conn, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)) < 0) {
+		alog_warn("attach socket: SO_PASSCRED: %s", strerror(errno));
+		closer_give(conn); /* it could hold descriptors that recv_clean cannot see */
 		return;
 	}
 	if (q->n == PENDING_MAX) {
-		log_warn("attach socket: %d clients connected without a request; the oldest is dropped",
-			 PENDING_MAX);
+		alog_warn("attach socket: %d clients connected without a request; the oldest is dropped",
+			  PENDING_MAX);
 		pending_drop(q, 0);
 	}
 	q->fd[q->n] = conn;
@@ -196,6 +402,8 @@ static void *serve_main(void *arg)
 			int64_t left = q.until_ms[i] > now ? q.until_ms[i] - now : 0;
 			wait = wait < 0 || left < wait ? left : wait;
 		}
+		if (alog_pending() && (wait < 0 || wait > 1000))
+			wait = 1000; /* how many lines were left out is said within a second */
 		if (poll(p, 2 + q.n, (int)wait) < 0) {
 			if (errno == EINTR)
 				continue;
@@ -204,14 +412,18 @@ static void *serve_main(void *arg)
 		}
 		if (p[1].revents)
 			break;
+		alog_flush();
 		now = mono_ms();
 		for (unsigned i = q.n; i-- > 0;) { /* from the end: drops move the rest down */
 			if (!p[2 + i].revents && q.until_ms[i] > now)
 				continue;
 			int rc = p[2 + i].revents ? attach_serve_conn(q.fd[i], s->resolve, s->ctx, 0)
 						  : -ETIMEDOUT;
-			if (rc < 0 && rc != -EPIPE && rc != -ECONNRESET)
-				log_warn("attach socket: a client's request: %s", strerror(-rc));
+			if (rc == -EBADMSG)
+				alog_warn("attach socket: a client passed descriptors; its connection is "
+					  "dropped unread");
+			else if (rc < 0 && rc != -EPIPE && rc != -ECONNRESET)
+				alog_warn("attach socket: a client's request: %s", strerror(-rc));
 			pending_drop(&q, i);
 		}
 		if (p[0].revents & POLLIN)

@@ -6,7 +6,11 @@
  * that whoever sees the mount can reach it (another container, no shared
  * PID or network namespace); the holder keeps it across daemons, and each
  * daemon serves it from a thread of its own. One request and one reply
- * per connection; a client that sends nothing within a second is cut off. */
+ * per connection; a client that sends nothing within a second is cut off.
+ * Descriptors a client passes are never received: a connection that holds
+ * any is closed on a thread that nothing waits for (its close can block),
+ * so that a client delays only itself, and an upgrade, which stops the
+ * serving thread, none. What clients cause is logged a few lines a second. */
 #ifndef ARTFS_ATTACH_H
 #define ARTFS_ATTACH_H
 

@@ -242,16 +242,25 @@ void version_listed_wait(struct tree *t, struct version *v)
 	pthread_mutex_unlock(&t->lock);
 }
 
+void (*version_object_find_hook)(struct tree *t, struct version *v);
+
 struct object *version_object_find(struct tree *t, struct version *v, const uint8_t *hash,
 				   size_t len)
 {
 	for (int pass = 0;; pass++) {
+		/* Seen before the lookup: a miss is final only when v was listed
+		 * before it looked. A listing that ends after the lookup indexed
+		 * the object too late for it (ENOENT on a committed object after
+		 * a restart); probing then finds it indexed. */
+		bool listed = atomic_load(&v->listed);
 		pthread_mutex_lock(&t->lock);
 		struct object *o = index_object_find(&t->idx, v, hash, len);
 		if (o)
 			node_ref(&o->node);
 		pthread_mutex_unlock(&t->lock);
-		if (o || pass || atomic_load(&v->listed))
+		if (version_object_find_hook)
+			version_object_find_hook(t, v);
+		if (o || pass || listed)
 			return o;
 		version_probe(t, v, hash, len);
 	}

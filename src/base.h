@@ -261,6 +261,9 @@ struct version *version_find(struct tree *t, const char *name);
  * for in the store too while v is not listed yet: version_probe). */
 struct object *version_object_find(struct tree *t, struct version *v, const uint8_t *hash,
 				   size_t len);
+/* Unit tests only: runs between version_object_find's lookup and its
+ * answer (a background listing that ends at the worst moment). */
+extern void (*version_object_find_hook)(struct tree *t, struct version *v);
 /* While v's objects are indexed in the background (a daemon that took
  * over), the object named hash is indexed now if its file is in the store. */
 void version_probe(struct tree *t, struct version *v, const uint8_t *hash, size_t len);

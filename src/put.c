@@ -35,7 +35,19 @@
  * (charged to materialize_max=, like every transaction file's memory) and
  * PUT_PIPELINE queue entries. A record larger than PUT_BUFFER_RECORD_MAX,
  * or one that finds no memory, is not buffered: the queue is flushed and
- * the record's bytes go to its publish as they come. */
+ * the record's bytes go to its publish as they come.
+ *
+ * A daemon that dies (kill -9) during a batch: the records it committed
+ * stay committed, each whole (a record commits as a single publish does:
+ * its file linked at once, or not at all); those queued or being read are
+ * not. The batch's handle is then this daemon's alone (REVIVE_BUSY): the
+ * next daemon answers its writer's next call EIO, once, without result
+ * lines, and the retry of the same batch succeeds (a record already
+ * committed is identical: 0). So DESIGN.md §8's "nothing of it committed"
+ * holds for a single publish; for a batch it is "none of the records not
+ * yet committed", never a part of a record. Taking back records other
+ * clients may have read already (.get, .keys/) would be worse than keeping
+ * them, and §3.7 promises each record on its own. */
 
 enum put_state {
 	PUT_LINE,    /* <wv>/.put: reading `<hash>\n` */

@@ -6,6 +6,7 @@
 #include "autoconf.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,8 +20,11 @@
 #include <unistd.h>
 
 #include "attach.h"
+#include "base.h"
+#include "config.h"
 #include "grant.h"
 #include "suites.h"
+#include "tree.h"
 #include "wrecord.h"
 
 /* ---- tokens ---------------------------------------------------------------------------- */
@@ -520,6 +524,65 @@ START_TEST(test_record_refuses_what_is_out_of_bounds)
 }
 END_TEST
 
+/* ---- lookups while a takeover lists a version (base.c) ------------------------------- */
+
+/* A lookup that misses while the version is listed in the background, the
+ * listing ending (its object indexed) before the lookup's answer: the
+ * object is committed, so the answer is the object, never "not there". */
+static uint8_t late_hash[32];
+
+static void listing_ends_now(struct tree *t, struct version *v)
+{
+	if (atomic_load(&v->listed))
+		return;
+	struct object *o = object_new_found(v, late_hash, sizeof(late_hash));
+	ck_assert_ptr_nonnull(o);
+	pthread_mutex_lock(&t->lock);
+	ck_assert_int_eq(index_object_insert(&t->idx, v, o), 0);
+	t->objects++;
+	atomic_store(&v->listed, true);
+	pthread_mutex_unlock(&t->lock);
+	node_unref(&o->node, 1);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st; (void)flag; (void)ftw;
+	return remove(path);
+}
+
+START_TEST(test_object_indexed_while_looked_up_is_found)
+{
+	char base[64] = "/tmp/artfs-unit-XXXXXX", store[128], err[256];
+	struct artfs_config cfg;
+	struct tree t;
+	struct version *v;
+
+	ck_assert_ptr_nonnull(mkdtemp(base));
+	snprintf(store, sizeof(store), "%s/store", base);
+	config_init(&cfg);
+	free(cfg.store);
+	cfg.store = strdup(store);
+	ck_assert_msg(tree_open(&t, &cfg, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(version_make(&t, "late-listing", &v), 0);
+	memset(late_hash, 0x5a, sizeof(late_hash));
+	atomic_store(&v->listed, false); /* as a daemon that took over sees it */
+	version_object_find_hook = listing_ends_now;
+	struct object *o = version_object_find(&t, v, late_hash, sizeof(late_hash));
+	version_object_find_hook = NULL;
+	ck_assert_ptr_nonnull(o);
+	node_unref(&o->node, 1);
+	/* listed before the lookup: a miss is final */
+	uint8_t other[32];
+	memset(other, 0xa5, sizeof(other));
+	ck_assert_ptr_null(version_object_find(&t, v, other, sizeof(other)));
+	node_unref(&v->node, 1);
+	tree_close(&t);
+	config_free(&cfg);
+	nftw(base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+END_TEST
+
 Suite *attach_suite(void)
 {
 	Suite *s = suite_create("attach");
@@ -534,6 +597,7 @@ Suite *attach_suite(void)
 	tcase_add_test(tc, test_many_clients_at_once_each_get_their_slabs);
 	tcase_add_test(tc, test_record_decodes_to_what_was_encoded);
 	tcase_add_test(tc, test_record_refuses_what_is_out_of_bounds);
+	tcase_add_test(tc, test_object_indexed_while_looked_up_is_found);
 	suite_add_tcase(s, tc);
 	return s;
 }
