@@ -507,7 +507,10 @@ static void answer_eio(struct holder *h, struct held_inflight *f, uint64_t uniqu
 /* A daemon died (status as waitpid's): a request in flight at this death
  * and the POISON_DEATHS - 1 before, each by a fault of the daemon, is what
  * kills them: it is answered EIO. Deaths from outside (SIGKILL, SIGTERM,
- * SIGINT: a kill, the OOM killer) neither count nor break the row. */
+ * SIGINT: a kill, the OOM killer) neither count nor break the row; nor do
+ * daemons that exited before they served (the notes are still the last
+ * serving daemon's: a store that cannot be opened is not the request's
+ * fault). */
 static void poison_check(struct holder *h, int status)
 {
 	int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
@@ -782,7 +785,8 @@ static bool on_crash(struct holder *h, pid_t pid, int status, const char *how)
 		h->failed = true;
 		return false;
 	}
-	poison_check(h, status);
+	if (was_ready || WIFSIGNALED(status)) /* one that could not serve read nothing */
+		poison_check(h, status);
 	if (pid == h->upgraded_pid && now_ns() - h->upgraded_at < UPGRADE_SETTLE_NS)
 		upgrade_record(h, UPGRADE_FAILED, pid, "the new daemon %ld died (%s) right after "
 			       "it took over; the next daemon is started", (long)pid, how);
