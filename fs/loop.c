@@ -30,10 +30,10 @@
 #include <linux/fuse.h>
 #include <unistd.h>
 
-#include "held.h"
-#include "log.h"
-#include "loop.h"
-#include "parallel.h"
+#include "fs/loop.h"
+#include "lib/log.h"
+#include "lib/parallel.h"
+#include "restart/held.h"
 
 static struct {
 	pthread_mutex_t mu;

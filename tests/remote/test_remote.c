@@ -25,10 +25,10 @@
 #include <hiredis.h>
 #endif
 
-#include "cluster.h"
-#include "log.h"
-#include "remote.h"
-#include "remote_metrics.h"
+#include "lib/log.h"
+#include "remote/cluster.h"
+#include "remote/remote.h"
+#include "remote/stats.h"
 
 #define NODES 6
 

@@ -18,10 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "attach.h"
-#include "grant.h"
+#include "format/weights_record.h"
+#include "state/grant.h"
 #include "suites.h"
-#include "wrecord.h"
+#include "weights/socket.h"
 
 /* ---- tokens ---------------------------------------------------------------------------- */
 
