@@ -195,33 +195,3 @@ int revive_commit_outcome(struct tree *t, const struct held_handle *rec)
 		return -EIO; /* nothing of the key: it did not commit */
 	return memcmp(env.payload_sha256, rec->sha, 32) == 0 ? 0 : -EEXIST;
 }
-
-void revive_note(struct tree *t, struct handle *h, enum revive_state state)
-{
-	struct held_handle *rec = h->fh ? ids_handle_record(t, h->fh) : NULL;
-
-	if (rec && atomic_load_explicit(&rec->state, memory_order_relaxed) != state)
-		atomic_store_explicit(&rec->state, (uint8_t)state, memory_order_release);
-}
-
-void revive_note_commit(struct tree *t, struct handle *h, const uint8_t key[32],
-			const uint8_t sha[32])
-{
-	struct held_handle *rec = h->fh ? ids_handle_record(t, h->fh) : NULL;
-
-	if (!rec)
-		return;
-	memcpy(rec->key, key, 32);
-	memcpy(rec->sha, sha, 32);
-	atomic_store_explicit(&rec->state, REVIVE_COMMITTING, memory_order_release);
-}
-
-void revive_note_result(struct tree *t, struct handle *h, int result)
-{
-	struct held_handle *rec = h->fh ? ids_handle_record(t, h->fh) : NULL;
-
-	if (!rec)
-		return;
-	rec->result = result;
-	atomic_store_explicit(&rec->state, REVIVE_FINISHED, memory_order_release);
-}

@@ -14,7 +14,6 @@
 #include "format/npy.h"
 #include "lib/log.h"
 #include "lib/sha256.h"
-#include "ns/revive.h"
 #include "r3/object.h"
 #include "r3/publish.h"
 #include "remote/remote.h"

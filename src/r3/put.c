@@ -11,7 +11,6 @@
 #include "format/key.h"
 #include "lib/log.h"
 #include "lib/parallel.h"
-#include "ns/revive.h"
 #include "r3/publish.h"
 #include "r3/put.h"
 #include "remote/remote.h"

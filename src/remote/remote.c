@@ -223,8 +223,8 @@ static void count_bytes(struct remote *r, struct redis_conn *c)
 	uint64_t sent, received;
 
 	redis_conn_take_bytes(c, &sent, &received);
-	remote_counter_add(&r->metrics.bytes_out, sent);
-	remote_counter_add(&r->metrics.bytes_in, received);
+	counter_add(&r->metrics.bytes_out, sent);
+	counter_add(&r->metrics.bytes_in, received);
 }
 
 static void pool_drop(struct remote *r, struct pooled *p)

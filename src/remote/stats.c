@@ -23,7 +23,7 @@ static uint64_t get(const counter_t *c)
 void remote_metrics_observe(struct remote_metrics *m, uint64_t usec)
 {
 	counter_inc(&m->latency_count);
-	remote_counter_add(&m->latency_sum_us, usec);
+	counter_add(&m->latency_sum_us, usec);
 	for (int b = 0; b < REMOTE_LATENCY_BUCKETS; b++)
 		if (usec <= bound_us[b]) {
 			counter_inc(&m->latency[b]);

@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "remote/remote.h"
-#include "state/metrics.h"
+#include "lib/counter.h"
 
 /* Upper bounds of the latency buckets: 100 us .. 2 s, then +Inf. */
 #define REMOTE_LATENCY_BUCKETS 14
@@ -29,11 +29,6 @@ struct remote_metrics {
 	counter_t latency_count;
 	counter_t latency_sum_us;
 };
-
-static inline void remote_counter_add(counter_t *c, uint64_t n)
-{
-	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
-}
 
 /* One call of the API that took usec microseconds. */
 void remote_metrics_observe(struct remote_metrics *m, uint64_t usec);

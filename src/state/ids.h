@@ -66,4 +66,21 @@ void ids_handle_unbind(struct tree *t, struct handle *h);
 /* Sets how weights nodes are described (src/weights.c's). */
 void ids_set_weights_describe(void (*fn)(const struct node *n, struct held_node *d));
 
+/* The state of a publish or batch handle, in its record's state field. */
+enum revive_state {
+	REVIVE_FRESH = 0,      /* nothing written yet: it can start again */
+	REVIVE_BUSY,           /* written to: its state is this daemon's alone */
+	REVIVE_COMMITTING,     /* a publish commits: key and payload digest in the record */
+	REVIVE_FINISHED,       /* a publish's outcome is in the record's result */
+	REVIVE_HANDED,         /* drained for an upgrade: its state is in the record's text */
+};
+
+/* Notes a publish's or batch's state in its record (nothing without one). */
+void revive_note(struct tree *t, struct handle *h, enum revive_state state);
+/* A publish begins its commit (REVIVE_COMMITTING): its key and payload. */
+void revive_note_commit(struct tree *t, struct handle *h, const uint8_t key[32],
+			const uint8_t sha[32]);
+/* A publish's outcome is decided (REVIVE_FINISHED). */
+void revive_note_result(struct tree *t, struct handle *h, int result);
+
 #endif

@@ -10,8 +10,7 @@
 
 #include "artfs/artfs.h"
 #include "format/envelope.h"
-
-typedef _Atomic uint64_t counter_t;
+#include "lib/counter.h"
 
 struct metrics {
 	counter_t publishes;            /* objects committed */
@@ -92,11 +91,6 @@ extern const struct metric_def metric_version_defs[METRIC_VERSION_COUNT];
 
 /* Rejected publishes, labelled {reason="..."}. */
 #define METRIC_REJECTED "artfs_rejected_total"
-
-static inline void counter_inc(counter_t *c)
-{
-	atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
-}
 
 /* The exposition text; malloc'd. */
 char *metrics_render(const struct metrics *m, const struct metrics_gauges *g);
