@@ -26,9 +26,10 @@ CPPFLAGS_FUZZ = -D_GNU_SOURCE -I$(OBJ)/shim -I$(SRCDIR)/include -I$(SRCDIR)/src 
 CFLAGS_FUZZ = -std=gnu11 -g -O1 -fno-omit-frame-pointer $(SAN) -fsanitize=fuzzer-no-link \
 	-Wall -Wextra -Wshadow -Wno-unused-parameter -MMD -MP
 
-# remote.c is the cluster client's I/O; its replies are read by cluster_reply.c
-# and redis.c (parsed by hiredis), which the cluster target links.
-SKIP = cmd/% lib/log.c remote/remote.c
+# remote.c, slots.c and pipeline.c are the cluster client's I/O; its replies
+# are read by cluster_reply.c and redis.c (parsed by hiredis), which the
+# cluster target links.
+SKIP = cmd/% lib/log.c remote/remote.c remote/slots.c remote/pipeline.c
 HIREDIS_LIBS := $(shell $(PKG_CONFIG) --libs hiredis)
 CORE = $(filter-out $(SKIP),$(patsubst $(SRCDIR)/src/%,%,$(wildcard $(SRCDIR)/src/*/*.c)))
 CORE_OBJ = $(CORE:%.c=$(OBJ)/core/%.o) $(OBJ)/gpu_none.o $(OBJ)/fuzz_util.o $(OBJ)/log_quiet.o
