@@ -36,11 +36,11 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "array.h"
-#include "envelope.h"
-#include "key.h"
-#include "npy.h"
-#include "sha256.h"
+#include "format/array.h"
+#include "format/envelope.h"
+#include "format/key.h"
+#include "format/npy.h"
+#include "lib/sha256.h"
 #include "util.h"
 
 #define WV "mbench"

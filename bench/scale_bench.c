@@ -50,12 +50,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "array.h"
-#include "envelope.h"
-#include "key.h"
-#include "npy.h"
-#include "store.h"
-#include "sha256.h"
+#include "format/array.h"
+#include "format/envelope.h"
+#include "format/key.h"
+#include "format/npy.h"
+#include "lib/sha256.h"
+#include "store/store.h"
 #include "util.h"
 
 #define HASH_BYTES 16

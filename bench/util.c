@@ -15,10 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "array.h"
-#include "envelope.h"
-#include "key.h"
-#include "sha256.h"
+#include "format/array.h"
+#include "format/envelope.h"
+#include "format/key.h"
+#include "lib/sha256.h"
 #include "util.h"
 
 #define FUSE_SUPER_MAGIC 0x65735546

@@ -30,11 +30,10 @@
 #include <linux/fuse.h>
 #include <unistd.h>
 
-#include "held.h"
-#include "log.h"
-#include "loop.h"
-#include "parallel.h"
-#include "takeover.h"
+#include "fs/loop.h"
+#include "lib/log.h"
+#include "lib/parallel.h"
+#include "restart/held.h"
 
 static struct {
 	pthread_mutex_t mu;
@@ -140,6 +139,26 @@ bool fs_request_resent(void)
 	return resent;
 }
 
+/* With resend=0 (HELD_NO_RESEND), a request the kernel sent again (bit 63
+ * of its unique: one a dead daemon had read) is answered EIO here, and
+ * logged with its opcode and node: true. False: serve it. */
+static bool fail_resent(const struct held *held, const void *req, size_t len)
+{
+	struct fuse_in_header in;
+
+	if (!(held->hdr->flags & HELD_NO_RESEND) || len < sizeof(in))
+		return false;
+	memcpy(&in, req, sizeof(in));
+	if (!(in.unique >> 63))
+		return false;
+	struct fuse_out_header out = { .len = sizeof(out), .error = -EIO, .unique = in.unique };
+	bool sent = write(fuse_session_fd(pool.se), &out, sizeof(out)) == (ssize_t)sizeof(out);
+	log_warn("takeover: request %llu (opcode %u, node %llu) was read by the daemon that "
+		 "died; resend=0: %s", (unsigned long long)(in.unique & ~(1ull << 63)), in.opcode,
+		 (unsigned long long)in.nodeid, sent ? "answered EIO" : "cannot answer it EIO");
+	return true;
+}
+
 /* Reads and answers requests until this thread hands the reading off:
  * 0, or the session ended: -errno, 1 when it ended cleanly. */
 static int lead(struct fuse_buf *buf)
@@ -159,8 +178,7 @@ static int lead(struct fuse_buf *buf)
 		/* FUSE_NOTIFY_RESEND marks what it sends again with bit 63. */
 		resent = n >= (int)sizeof(struct fuse_in_header) &&
 			 (((const struct fuse_in_header *)buf->mem)->unique >> 63);
-		if (!(resent && pool.held &&
-		      takeover_fail_resent(fuse_session_fd(pool.se), pool.held, buf->mem, (size_t)n)))
+		if (!(resent && pool.held && fail_resent(pool.held, buf->mem, (size_t)n)))
 			fuse_session_process_buf(pool.se, buf);
 		note(f, buf, 0);
 		if (!leading) /* it was slow and handed off: it ended now */

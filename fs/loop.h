@@ -3,11 +3,11 @@
 #ifndef ARTFS_FS_LOOP_H
 #define ARTFS_FS_LOOP_H
 
-#include "ops.h"
+#include "fs/ops.h"
 
 #include <stdbool.h>
 
-#include "held.h"
+#include "restart/held.h"
 
 /* Runs until the session ends (or fs_loop_drain), on up to max_threads
  * threads. held: where each thread notes the request it serves (NULL:

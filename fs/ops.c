@@ -8,9 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "loop.h"
-#include "ops.h"
-#include "tree.h"
+#include "fs/loop.h"
+#include "fs/ops.h"
+#include "ns/tree.h"
 
 static struct tree *tree_of(fuse_req_t req)
 {

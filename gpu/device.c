@@ -9,8 +9,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "gpu.h"
-#include "loader.h"
+#include "gpu/gpu.h"
+#include "gpu/loader.h"
 
 /* The devices do not change while the daemon runs: listed once (each
  * cudaGetDeviceProperties costs a while), then from this copy. */

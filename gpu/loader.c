@@ -27,11 +27,11 @@
 
 #include <cuda_runtime_api.h>
 
-#include "gpu.h"
-#include "loader.h"
-#include "nccl.h"
-#include "slab.h"
-#include "source.h"
+#include "gpu/gpu.h"
+#include "gpu/loader.h"
+#include "gpu/nccl.h"
+#include "gpu/slab.h"
+#include "gpu/source.h"
 
 /* Bytes of one read. From memory (tmpfs, the page cache) small enough that
  * a reader's buffer is still in the CPU's cache when the GPU reads it: from

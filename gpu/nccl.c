@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "nccl.h"
+#include "gpu/nccl.h"
 
 #ifdef HAVE_NCCL
 #include <nccl.h>

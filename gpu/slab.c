@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "slab.h"
-#include "vmm.h"
+#include "gpu/slab.h"
+#include "gpu/vmm.h"
 
 int slab_alloc(int device, uint64_t size, void **ptr, int *fd, char *err, size_t errlen)
 {

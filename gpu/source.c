@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "source.h"
+#include "gpu/source.h"
 
 #define RESIDENT_SAMPLES 64
 

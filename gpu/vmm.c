@@ -10,7 +10,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include "vmm.h"
+#include "gpu/vmm.h"
 
 #define DEVICES_MAX 64
 

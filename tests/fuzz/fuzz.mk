@@ -1,7 +1,7 @@
 # The fuzz targets (tests/fuzz), built with clang and libFuzzer under
 # AddressSanitizer and UBSan. GNU make; run by `make fuzz` through build.sh:
 #     make -f tests/fuzz/fuzz.mk SRCDIR=<source dir> BUILDDIR=<build dir>
-# The core's sources (src/*.c but the programs, libartfs and the log) are
+# The core's sources (src/*/*.c but the programs, libartfs and the log) are
 # compiled once with coverage instrumentation into an archive; each target
 # links what it uses from it.
 
@@ -26,11 +26,12 @@ CPPFLAGS_FUZZ = -D_GNU_SOURCE -I$(OBJ)/shim -I$(SRCDIR)/include -I$(SRCDIR)/src 
 CFLAGS_FUZZ = -std=gnu11 -g -O1 -fno-omit-frame-pointer $(SAN) -fsanitize=fuzzer-no-link \
 	-Wall -Wextra -Wshadow -Wno-unused-parameter -MMD -MP
 
-# remote.c is the cluster client's I/O; its replies are read by cluster_reply.c
-# and redis.c (parsed by hiredis), which the cluster target links.
-SKIP = artfs.c artfsctl.c client.c log.c remote.c
+# remote.c, slots.c and pipeline.c are the cluster client's I/O; its replies
+# are read by cluster_reply.c and redis.c (parsed by hiredis), which the
+# cluster target links.
+SKIP = cmd/% lib/log.c remote/remote.c remote/slots.c remote/pipeline.c
 HIREDIS_LIBS := $(shell $(PKG_CONFIG) --libs hiredis)
-CORE = $(filter-out $(SKIP),$(notdir $(wildcard $(SRCDIR)/src/*.c)))
+CORE = $(filter-out $(SKIP),$(patsubst $(SRCDIR)/src/%,%,$(wildcard $(SRCDIR)/src/*/*.c)))
 CORE_OBJ = $(CORE:%.c=$(OBJ)/core/%.o) $(OBJ)/gpu_none.o $(OBJ)/fuzz_util.o $(OBJ)/log_quiet.o
 
 all: $(TARGETS:%=$(OUT)/%)
@@ -67,4 +68,4 @@ clean:
 .SECONDARY:
 .DELETE_ON_ERROR:
 
--include $(wildcard $(OBJ)/core/*.d $(OBJ)/*.d)
+-include $(wildcard $(OBJ)/core/*/*.d $(OBJ)/*.d)

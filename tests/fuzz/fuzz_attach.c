@@ -15,10 +15,10 @@
 #include <string.h>
 
 #include "artfs/artfs.h"
-#include "attach.h"
+#include "format/weights_record.h"
 #include "fuzz.h"
-#include "weights.h"
-#include "wrecord.h"
+#include "weights/socket.h"
+#include "weights/weights.h"
 
 static bool text_equal(const char *a, const char *b, size_t size)
 {

@@ -12,7 +12,7 @@
 
 #include <jansson.h>
 
-#include "checkpoint.h"
+#include "format/checkpoint.h"
 #include "fuzz.h"
 
 #define ENTRIES_MAX 12

@@ -11,9 +11,9 @@
 
 #include <string.h>
 
-#include "cluster_reply.h"
 #include "fuzz.h"
-#include "redis.h"
+#include "remote/cluster_reply.h"
+#include "remote/redis.h"
 
 static const struct cluster_addr asked = { .host = "10.0.0.1", .port = 7000 };
 

@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config.h"
 #include "fuzz.h"
+#include "state/config.h"
 
 #define FILE_MAX 9000
 

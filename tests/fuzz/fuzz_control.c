@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "control.h"
 #include "fuzz.h"
-#include "tree.h"
+#include "ns/control.h"
+#include "ns/tree.h"
 
 static struct artfs_config cfg;
 static struct tree tree;

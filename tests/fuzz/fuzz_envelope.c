@@ -9,9 +9,9 @@
 #include <errno.h>
 #include <string.h>
 
-#include "envelope.h"
+#include "format/envelope.h"
+#include "format/npy.h"
 #include "fuzz.h"
-#include "npy.h"
 
 static void check_parsed(const struct envelope *env)
 {

@@ -10,9 +10,9 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "format/key.h"
 #include "fuzz.h"
-#include "key.h"
-#include "materialize.h"
+#include "r3/materialize.h"
 
 #define ENVS_MAX 64
 

@@ -1,4 +1,4 @@
-/* The namespace core (src/tree.h) driven as the FUSE layer drives it, by a
+/* The namespace core (src/ns/tree.h) driven as the FUSE layer drives it, by a
  * sequence of operations decoded from the input: lookup, mkdir, create,
  * write (raw bytes or a valid envelope for the file's own name), flush,
  * fsync, release, unlink, rmdir, forget, open, read, getattr, setattr,
@@ -26,14 +26,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "envelope.h"
-#include "expiry.h"
+#include "format/envelope.h"
+#include "format/key.h"
+#include "format/npy.h"
 #include "fuzz.h"
-#include "key.h"
-#include "npy.h"
-#include "scan.h"
-#include "sha256.h"
-#include "tree.h"
+#include "lib/sha256.h"
+#include "ns/tree.h"
+#include "r3/scan.h"
+#include "state/expiry.h"
 
 #define NODES_MAX 32
 #define FILES_MAX 16

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "array.h"
+#include "format/array.h"
+#include "format/npy.h"
 #include "fuzz.h"
-#include "npy.h"
 
 static const char *const known[] = {
 	"|b1", "|i1", "|u1", "<i2", ">i2", "<u2", ">u2", "<f2", ">f2", "<i4", ">u4", "<f4",

@@ -1,4 +1,4 @@
-/* Batch publishing (src/put.c, DESIGN.md §3.7) against a model: each
+/* Batch publishing (src/r3/put.c, DESIGN.md §3.7) against a model: each
  * input is a few batches through .keys/.put or v0/.put, of records drawn
  * from six keys with two contents each, some with a damaged payload, the
  * last one maybe cut short, written in pieces of 1 byte to 200 KB (large
@@ -22,14 +22,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "envelope.h"
-#include "base.h"
-#include "expiry.h"
+#include "format/envelope.h"
+#include "format/key.h"
 #include "fuzz.h"
-#include "key.h"
-#include "scan.h"
-#include "sha256.h"
-#include "tree.h"
+#include "lib/sha256.h"
+#include "ns/tree.h"
+#include "r3/scan.h"
+#include "state/base.h"
+#include "state/expiry.h"
 
 #define KEYS 6
 #define RECORDS_MAX 40

@@ -10,8 +10,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "format/safetensors.h"
 #include "fuzz.h"
-#include "safetensors.h"
 
 static void check_file(const struct safetensors_file *f, uint64_t file_size)
 {

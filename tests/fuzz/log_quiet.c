@@ -1,4 +1,4 @@
-/* The fuzz targets' src/log.c: every message is still formatted (a bad
+/* The fuzz targets' src/lib/log.c: every message is still formatted (a bad
  * argument shows under the sanitizers) but only printed with
  * ARTFS_FUZZ_LOG=1, so that a million refused inputs do not flood the
  * output. */
@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "log.h"
+#include "lib/log.h"
 
 static int verbose = -1;
 

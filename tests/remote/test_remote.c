@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,10 +26,10 @@
 #include <hiredis.h>
 #endif
 
-#include "cluster.h"
-#include "log.h"
-#include "remote.h"
-#include "remote_metrics.h"
+#include "lib/log.h"
+#include "remote/cluster.h"
+#include "remote/remote.h"
+#include "remote/stats.h"
 
 #define NODES 6
 
@@ -127,7 +128,7 @@ START_TEST(metrics_text)
 	for (size_t i = 0; i < sizeof(us) / sizeof(us[0]); i++)
 		remote_metrics_observe(&m, us[i]);
 	counter_inc(&m.hits);
-	remote_counter_add(&m.bytes_in, 42);
+	counter_add(&m.bytes_in, 42);
 	char *text = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&text, &len);

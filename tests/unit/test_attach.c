@@ -19,13 +19,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "attach.h"
-#include "base.h"
-#include "config.h"
-#include "grant.h"
+#include "format/weights_record.h"
+#include "ns/tree.h"
+#include "state/base.h"
+#include "state/config.h"
+#include "state/grant.h"
 #include "suites.h"
-#include "tree.h"
-#include "wrecord.h"
+#include "weights/socket.h"
 
 /* ---- tokens ---------------------------------------------------------------------------- */
 

@@ -13,8 +13,8 @@
 
 #include <jansson.h>
 
-#include "checkpoint.h"
-#include "sha256.h"
+#include "format/checkpoint.h"
+#include "lib/sha256.h"
 #include "suites.h"
 
 static char root[64];

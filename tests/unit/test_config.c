@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "state/config.h"
 #include "suites.h"
 
 START_TEST(sizes)

@@ -7,8 +7,8 @@
 
 #include <jansson.h>
 
-#include "envelope.h"
-#include "key.h"
+#include "format/envelope.h"
+#include "format/key.h"
 #include "suites.h"
 
 /* Every vector made by vLLM's encoder parses to the fields vectors.json

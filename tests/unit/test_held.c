@@ -16,8 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "held.h"
-#include "keeper.h"
+#include "restart/held.h"
+#include "restart/keeper.h"
 #include "suites.h"
 
 static const uint8_t init_bytes[] = "an INIT request, as the holder read it";

@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "key.h"
+#include "format/key.h"
 #include "suites.h"
 
 /* Expected keys computed with Python's hashlib, independently of artfs. */

@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "fs/lifeline.h"
+#include "fs/holder/lifeline.h"
 #include "suites.h"
 
 static void *sleeper(void *arg)

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "log.h"
+#include "lib/log.h"
 #include "suites.h"
 
 uint8_t *read_vector(const char *name, size_t *len)

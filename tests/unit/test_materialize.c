@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "array.h"
-#include "envelope.h"
-#include "key.h"
-#include "materialize.h"
+#include "format/array.h"
+#include "format/envelope.h"
+#include "format/key.h"
+#include "r3/materialize.h"
 #include "suites.h"
 
 /* The pure parts of <wv>/.materialize (DESIGN.md §3.4): the request text

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "npy.h"
+#include "format/npy.h"
 #include "suites.h"
 
 /* Header dicts written by numpy.lib.format._write_array_header (numpy 1.24),

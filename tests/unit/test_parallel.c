@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "parallel.h"
+#include "lib/parallel.h"
 #include "suites.h"
 
 struct counts {

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "safetensors.h"
+#include "format/safetensors.h"
 #include "suites.h"
 
 /* 8-byte N, the header text, data_len bytes of data. */

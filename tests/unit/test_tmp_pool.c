@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "src/store.h"
-#include "src/tmp_pool.h"
+#include "store/store.h"
+#include "store/tmp_pool.h"
 #include "suites.h"
 
 static char dir[64];

@@ -10,12 +10,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "envelope.h"
-#include "key.h"
-#include "scan.h"
-#include "sha256.h"
+#include "format/envelope.h"
+#include "format/key.h"
+#include "lib/sha256.h"
+#include "ns/tree.h"
+#include "r3/scan.h"
 #include "suites.h"
-#include "tree.h"
 
 static char base[64];
 static char store[128];

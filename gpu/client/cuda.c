@@ -1,0 +1,47 @@
+#include "autoconf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gpu/client/client_i.h"
+#include "gpu/vmm.h"
+
+int client_gpu_describe(int device, uint32_t *cc_major, uint32_t *cc_minor, uint32_t *driver,
+			char *err, size_t errlen)
+{
+	struct cudaDeviceProp p;
+	int version = 0;
+	cudaError_t e = cudaGetDeviceProperties(&p, device);
+
+	if (e == cudaSuccess)
+		e = cudaDriverGetVersion(&version);
+	if (e != cudaSuccess) {
+		snprintf(err, errlen, "GPU %d: %s", device, cudaGetErrorString(e));
+		return -ENODEV;
+	}
+	*cc_major = (uint32_t)p.major;
+	*cc_minor = (uint32_t)p.minor;
+	*driver = (uint32_t)version;
+	return 0;
+}
+
+int client_gpu_current(void)
+{
+	int device = 0;
+
+	cudaGetDevice(&device);
+	return device;
+}
+
+int client_gpu_import(int fd, uint64_t size, void **ptr, char *err, size_t errlen)
+{
+	return vmm_import(fd, size, ptr, err, errlen);
+}
+
+void client_gpu_unmap(void *ptr, uint64_t size)
+{
+	vmm_unmap(ptr, size);
+}
