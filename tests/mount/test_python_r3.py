@@ -197,7 +197,8 @@ def test_a_batch_layout_answers_as_the_parser_with_one_parse(monkeypatch):
     checksums and starts differ), every answer is the parser's."""
     real = r3._parse_header
     calls = []
-    monkeypatch.setattr(r3, "_parse_header", lambda *a: calls.append(a) or real(*a))
+    # _Layout lives in artfs.envelope (r3 re-exports it): patch the parser there.
+    monkeypatch.setattr(artfs.envelope, "_parse_header", lambda *a: calls.append(a) or real(*a))
     envs = [encode(WV, "%02x" % i, routed_experts(16, seed=i), source_token_start=16 * i)
             for i in range(80)]                                   # starts of 1 to 4 digits
     layout = r3._Layout()

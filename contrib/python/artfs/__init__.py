@@ -8,13 +8,14 @@ torch tensors that alias the daemon's slabs (no copy).
     weights = artfs.attach_weights("default", rank=0, checkpoint_dir="/models/x")
     weights["model.embed_tokens.weight"]                       # torch.Tensor on cuda
 
-Modules: artfs.r3 (keys, envelopes, publish, batches, reads), artfs.weights
-(GPU weights), artfs.vllm (vLLM's artifact store protocol over artfs, and
-the vllm.general_plugins entry point).
+Modules: artfs.envelope (keys and envelopes, without I/O), artfs.r3
+(publish, batches, reads through the mount; the envelope's names too),
+artfs.weights (GPU weights), artfs.vllm (vLLM's artifact store protocol
+over artfs, and the vllm.general_plugins entry point).
 """
+from .envelope import EnvelopeError, decode_envelope, encode_envelope, key_of
 from .mount import DEFAULT_MOUNT, is_artfs_mount, mount_point
-from .r3 import (EnvelopeError, PutResult, decode_envelope, encode_envelope, get_envelopes,
-                 key_of, materialize, publish, publish_many, r3_attributes, read_r3)
+from .r3 import PutResult, get_envelopes, materialize, publish, publish_many, r3_attributes, read_r3
 from .weights import (AttachedWeights, PublishTensor, _jansson_compact, attach_weights, fingerprint,
                       manifest_fingerprint, pack_publish, publish_blob)
 

@@ -13,7 +13,8 @@ import ctypes
 import errno
 from typing import TYPE_CHECKING, Mapping
 
-from .weights import PublishTensor, pack_publish, publish_blob
+from ._abi import PublishTensor, pack_publish
+from .weights import publish_blob
 
 if TYPE_CHECKING:
     import torch

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Protocol
 
-from . import r3
+from . import envelope, r3
 from .mount import is_artfs_mount, mount_point
 
 try:
@@ -151,11 +151,11 @@ class ArtfsArtifactStore(ArtfsArtifactReader):
 
     # The layout of the headers put before: headers laid out alike (an
     # engine's encoder writes them all) are checked without a JSON parse.
-    _layout: r3._Layout
+    _layout: envelope._Layout
 
     def __init__(self, mount: str | None = None) -> None:
         super().__init__(mount)
-        self._layout = r3._Layout()
+        self._layout = envelope._Layout()
 
     def put(self, objects: Sequence[_Object]) -> None:
         """Publishes objects in one .keys/.put transaction; the first
@@ -173,7 +173,7 @@ class ArtfsArtifactStore(ArtfsArtifactReader):
                     f"artifact object key {obj.key!r} is not \"vllm-artifact/\" + 64 hex digits")
             try:
                 inside = layout.key_of(obj.payload)
-            except r3.EnvelopeError as e:
+            except envelope.EnvelopeError as e:
                 raise ArtifactCorruptionError(
                     f"artifact object {obj.key} is not a schema-3 envelope: {e}") from e
             if inside != obj.key:

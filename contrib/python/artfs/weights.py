@@ -9,7 +9,6 @@ artfs mount is present; every other failure raises (fail closed).
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
 import hashlib
@@ -21,6 +20,13 @@ import struct
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+# The structs of artfs/artfs.h and the publish blob are artfs._abi, the CUDA
+# driver calls artfs._cuda; the names stay importable from here.
+from ._abi import (_ATTACH_HEAD, _ATTACH_OUT, _FP, _SLABS_REPLY, _SLABS_REQUEST,  # noqa: F401
+                   ABI_VERSION, ATTACH_SIZE, IOC_ATTACH, PUBLISH_ABI, PUBLISH_MAGIC,
+                   PUBLISH_NAME_MAX, SLABS_MAGIC, SLABS_MAX, TOKEN_SIZE, Fingerprint,
+                   PublishTensor, _pack_attach, pack_publish)
+from ._cuda import _driver
 from .mount import is_artfs_mount, mount_point
 
 if TYPE_CHECKING:
@@ -29,20 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["fingerprint", "attach_weights", "AttachedWeights", "manifest_fingerprint",
            "PublishTensor", "pack_publish", "publish_blob"]
 
-# ---- the ABI of artfs/artfs.h -----------------------------------------------------
-ABI_VERSION = 2
-SLABS_MAX = 16
-TOKEN_SIZE = 32
-SLABS_MAGIC = 0x534C5441
-_FP = struct.Struct("<128s64s32s32s256sIIIIII")       # struct artfs_fingerprint
-_ATTACH_HEAD = struct.Struct("<II")
-_ATTACH_OUT = struct.Struct(f"<16sIIQ{SLABS_MAX}Q{TOKEN_SIZE}s4Q")
-ATTACH_SIZE = _ATTACH_HEAD.size + _FP.size + _ATTACH_OUT.size
-assert ATTACH_SIZE == 768
-_SLABS_REQUEST = struct.Struct(f"<II{TOKEN_SIZE}s")       # struct artfs_slabs_request
-_SLABS_REPLY = struct.Struct(f"<IiII{SLABS_MAX}Q")       # struct artfs_slabs_reply
-_IOC_WRITE, _IOC_READ = 1, 2
-IOC_ATTACH = ((_IOC_READ | _IOC_WRITE) << 30) | (ATTACH_SIZE << 16) | (0xA7 << 8) | 2
 # How long an attach tries again when the daemon that gave its token went
 # before the slabs were fetched (a restart: the next one serves).
 ATTACH_RETRY_S = 10.0
@@ -54,9 +46,6 @@ _TORCH_DTYPES = {
     "BF16": "bfloat16", "F32": "float32", "F64": "float64", "F8_E4M3": "float8_e4m3fn",
     "F8_E5M2": "float8_e5m2", "C64": "complex64",
 }
-
-Fingerprint = dict[str, Any]
-"""What fingerprint() returns and attach_weights(expect=...) takes."""
 
 
 # ---- fingerprints ---------------------------------------------------------------------
@@ -96,109 +85,6 @@ def _header(path: str) -> tuple[int, bytes, int]:
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         return n, f.read(n), os.fstat(f.fileno()).st_size
-
-
-class _Loc(ctypes.Structure):        # CUmemLocation
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-
-
-class _Prop(ctypes.Structure):       # CUmemAllocationProp
-    _fields_ = [("type", ctypes.c_int), ("handle_types", ctypes.c_int), ("location", _Loc),
-                ("win32", ctypes.c_void_p), ("flags", ctypes.c_ubyte * 8)]
-
-
-class _Access(ctypes.Structure):     # CUmemAccessDesc
-    _fields_ = [("location", _Loc), ("flags", ctypes.c_int)]
-
-
-_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
-_CU_MEM_LOCATION_TYPE_DEVICE = 1
-_CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
-
-
-class _Driver:
-    """The CUDA driver (libcuda) through ctypes: what mapping a slab's
-    descriptor takes (cuMemImportFromShareableHandle, cuMemMap...)."""
-
-    def __init__(self) -> None:
-        import torch
-        torch.cuda.init()  # the primary context the driver calls work in
-        try:
-            self.lib = ctypes.CDLL("libcuda.so.1")
-        except OSError as e:
-            raise OSError(errno.ENODEV, f"no CUDA driver library: {e}") from None
-        u64, vp, sz = ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_size_t
-        lib = self.lib
-        for name, args in (("cuMemImportFromShareableHandle", [ctypes.POINTER(u64), vp, ctypes.c_int]),
-                           ("cuMemGetAllocationPropertiesFromHandle", [ctypes.POINTER(_Prop), u64]),
-                           ("cuMemAddressReserve", [ctypes.POINTER(u64), sz, sz, u64, u64]),
-                           ("cuMemAddressFree", [u64, sz]),
-                           ("cuMemMap", [u64, sz, sz, u64, u64]),
-                           ("cuMemUnmap", [u64, sz]),
-                           ("cuMemSetAccess", [u64, sz, ctypes.POINTER(_Access), sz]),
-                           ("cuMemRelease", [u64]),
-                           ("cuCtxGetDevice", [ctypes.POINTER(ctypes.c_int)]),
-                           ("cuDriverGetVersion", [ctypes.POINTER(ctypes.c_int)])):
-            fn = getattr(lib, name)
-            fn.argtypes = args
-            fn.restype = ctypes.c_int
-
-    def _check(self, rc: int, what: str) -> None:
-        if rc != 0:
-            raise OSError(errno.EIO, f"{what} failed (CUresult {rc})")
-
-    def driver_version(self) -> int:
-        v = ctypes.c_int()
-        self._check(self.lib.cuDriverGetVersion(ctypes.byref(v)), "cuDriverGetVersion")
-        return v.value
-
-    def import_fd(self, fd: int, size: int) -> int:
-        """Maps the slab of a descriptor read-write on this thread's device
-        (and the slab's own); the mapping keeps the memory."""
-        lib = self.lib
-        h = ctypes.c_ulonglong()
-        self._check(lib.cuMemImportFromShareableHandle(ctypes.byref(h), ctypes.c_void_p(fd),
-                                                       _CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-                    "cuMemImportFromShareableHandle")
-        va = ctypes.c_ulonglong()
-        try:
-            prop = _Prop()
-            self._check(lib.cuMemGetAllocationPropertiesFromHandle(ctypes.byref(prop), h),
-                        "cuMemGetAllocationPropertiesFromHandle")
-            self._check(lib.cuMemAddressReserve(ctypes.byref(va), size, 0, 0, 0), "cuMemAddressReserve")
-            try:
-                self._check(lib.cuMemMap(va, size, 0, h, 0), "cuMemMap")
-                try:
-                    dev = ctypes.c_int()
-                    self._check(lib.cuCtxGetDevice(ctypes.byref(dev)), "cuCtxGetDevice")
-                    devices = sorted({prop.location.id, dev.value})
-                    access = (_Access * len(devices))(*[
-                        _Access(_Loc(_CU_MEM_LOCATION_TYPE_DEVICE, d),
-                                _CU_MEM_ACCESS_FLAGS_PROT_READWRITE) for d in devices])
-                    self._check(lib.cuMemSetAccess(va, size, access, len(devices)), "cuMemSetAccess")
-                except BaseException:
-                    lib.cuMemUnmap(va, size)  # the mapping would keep the memory
-                    raise
-            except BaseException:
-                lib.cuMemAddressFree(va, size)
-                raise
-        finally:
-            lib.cuMemRelease(h)
-        return int(va.value)
-
-    def unmap(self, ptr: int, size: int) -> None:
-        self.lib.cuMemUnmap(ctypes.c_ulonglong(ptr), size)
-        self.lib.cuMemAddressFree(ctypes.c_ulonglong(ptr), size)
-
-
-_DRIVER: _Driver | None = None
-
-
-def _driver() -> _Driver:
-    global _DRIVER
-    if _DRIVER is None:
-        _DRIVER = _Driver()
-    return _DRIVER
 
 
 def fingerprint(checkpoint_dir: str, tp_size: int = 1, tp_rank: int = 0,
@@ -302,15 +188,6 @@ def _attach_and_fetch(fd: int, mnt: str, path: str,
                 os.close(f)
             raise OSError(errno.EPROTO, f"{path}: the slabs fetched are not those the attach named")
         return fds, got
-
-
-def _pack_attach(fp: Fingerprint) -> bytearray:
-    head = _ATTACH_HEAD.pack(ABI_VERSION, 0)
-    fpb = _FP.pack(fp["architecture"].encode(), fp["quant_method"].encode(),
-                   fp["quant_config_sha256"], fp["revision"], fp["dtypes"].encode(),
-                   fp["tp_size"], fp["tp_rank"], fp["cc_major"], fp["cc_minor"],
-                   fp["driver_version"], 0)
-    return bytearray(head + fpb + b"\0" * (ATTACH_SIZE - len(head) - len(fpb)))
 
 
 # ---- attaching weights -------------------------------------------------------------------
@@ -455,46 +332,7 @@ def attach_weights(weight_version: str, rank: int = 0, checkpoint_dir: str | Non
     return weights
 
 
-# ---- GPU-direct publish (DESIGN.md §4.3; the blob of artfs/artfs.h) ---------------------
-
-PUBLISH_MAGIC = 0x50545241
-PUBLISH_ABI = 1
-PUBLISH_NAME_MAX = 256
-_PUB_HEAD = struct.Struct("<IIIIIIIIiI16s128s64s8s")   # struct artfs_publish_header
-_PUB_TENSOR = struct.Struct("<256s16sII8QQQ")          # struct artfs_publish_tensor
-assert _PUB_HEAD.size == 256 and _PUB_TENSOR.size == 360
-
-
-class PublishTensor:
-    """One tensor of a publish: its bytes are `size` bytes at `offset` in the
-    allocation of IPC handle number `handle`."""
-
-    __slots__ = ("name", "dtype", "shape", "handle", "offset", "size")
-
-    def __init__(self, name: str, dtype: str, shape: tuple[int, ...], handle: int, offset: int,
-                 size: int) -> None:
-        self.name, self.dtype, self.shape = name, dtype, tuple(shape)
-        self.handle, self.offset, self.size = handle, offset, size
-
-
-def pack_publish(handles: list[bytes], tensors: list[PublishTensor], source_uuid: bytes,
-                 rank: int = 0, tp_size: int = 1, target_device: int = -1,
-                 architecture: str = "", quant_method: str = "") -> bytes:
-    """The blob that <wv>/weights/.publish takes (include/artfs/artfs.h)."""
-    head = _PUB_HEAD.pack(PUBLISH_MAGIC, PUBLISH_ABI, _PUB_HEAD.size, _PUB_TENSOR.size,
-                          len(handles), len(tensors), rank, tp_size, target_device, 0,
-                          bytes(source_uuid)[:16], architecture.encode()[:127],
-                          quant_method.encode()[:63], b"")
-    parts = [head] + [bytes(h).ljust(64, b"\0")[:64] for h in handles]
-    for t in tensors:
-        name = t.name.encode()
-        if not 0 < len(name) < PUBLISH_NAME_MAX:
-            raise ValueError(f"tensor name of {len(name)} bytes: 1..{PUBLISH_NAME_MAX - 1} are allowed")
-        shape = list(t.shape) + [0] * (8 - len(t.shape))
-        parts.append(_PUB_TENSOR.pack(name, t.dtype.encode(), len(t.shape), t.handle, *shape,
-                                      t.offset, t.size))
-    return b"".join(parts)
-
+# ---- GPU-direct publish (DESIGN.md §4.3; the blob is packed by artfs._abi) --------------
 
 def publish_blob(weight_version: str, blob: bytes, mount: str | None = None) -> str:
     """Sends a blob to <wv>/weights/.publish (making weights/ if needed) and
