@@ -4,7 +4,7 @@
  * the node an id names (a version, an object by version and hash, a key,
  * a version's .put or .materialize), and makes the handles that cannot be
  * opened again as they were: a file whose state died with the daemon
- * answers EIO, a publish whose outcome was decided answers that. tree.c
+ * answers EIO, a publish whose outcome was decided answers that. reopen.c
  * opens every other kind again through the module that owns it. */
 #ifndef ARTFS_REVIVE_H
 #define ARTFS_REVIVE_H

@@ -1,0 +1,253 @@
+/* Lookups: the node a name in a directory stands for (asking the cluster
+ * for one not here, with remote=), how long the kernel may keep the answer,
+ * and the nodes of the kernel's ids. */
+#include "autoconf.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "format/key.h"
+#include "ns/info.h"
+#include "ns/ns_i.h"
+#include "ns/revive.h"
+#include "ns/tree.h"
+#include "r3/fetch.h"
+#include "state/ids.h"
+#include "weights/weights.h"
+
+static int negative(struct tree_entry *e, double timeout)
+{
+	e->node = NULL;
+	e->entry_timeout = timeout;
+	return -ENOENT;
+}
+
+int lookup_positive(struct tree *t, struct node *n, struct tree_entry *e)
+{
+	double timeout;
+	uint64_t id = ids_node_ref(t, n);
+
+	if (!id) {
+		node_unref(n, 1);
+		return -ENOMEM;
+	}
+	int rc = tree_getattr(t, n, &e->st, &timeout);
+	if (rc < 0) {
+		ids_node_forget(t, id, 1); /* the reference taken for the kernel goes too */
+		return rc;
+	}
+	e->node = n;
+	e->id = id;
+	e->attr_timeout = timeout;
+	bool publishing = (n->type == NODE_OBJECT &&
+			   ((struct object *)n)->state == OBJECT_PUBLISHING) ||
+			  (n->type == NODE_KEY && object_of_key(n)->state == OBJECT_PUBLISHING);
+	e->entry_timeout = publishing ? 0 : CACHE_FOREVER;
+	return 0;
+}
+
+static struct object *find_object(struct tree *t, struct version *v, const uint8_t *hash,
+				  size_t len)
+{
+	return version_object_find(t, v, hash, len);
+}
+
+/* The object of a key, referenced through its key node. */
+static struct object *find_key(struct tree *t, const uint8_t key[32])
+{
+	pthread_mutex_lock(&t->lock);
+	struct object *o = index_key_find(&t->idx, key);
+	if (o)
+		node_ref(&o->keynode);
+	pthread_mutex_unlock(&t->lock);
+	return o;
+}
+
+static int lookup_in_root(struct tree *t, const char *name, struct tree_entry *e)
+{
+	if (strcmp(name, ARTFS_INFO_DIR) == 0) {
+		node_ref(&t->info_dir);
+		return lookup_positive(t, &t->info_dir, e);
+	}
+	if (strcmp(name, ARTFS_KEYS_DIR) == 0) {
+		node_ref(&t->keys_dir);
+		return lookup_positive(t, &t->keys_dir, e);
+	}
+	if (!key_version_name_valid(name))
+		return negative(e, CACHE_FOREVER); /* can never exist */
+	struct version *v = version_find(t, name);
+	if (!v && t->remote) {
+		/* With a cluster every version exists: a trainer opens
+		 * <wv>/<hash> on a node that never saw <wv>. */
+		int rc = version_make(t, name, &v);
+		if (rc < 0 && rc != -EEXIST)
+			return rc;
+	}
+	return v ? lookup_positive(t, &v->node, e) : negative(e, 0);
+}
+
+static int lookup_in_info_dir(struct tree *t, const char *name, struct tree_entry *e)
+{
+	for (int i = 0; i < INFO_COUNT; i++)
+		if (strcmp(name, info_file_name((enum info_file)i)) == 0) {
+			node_ref(&t->info_files[i]);
+			return lookup_positive(t, &t->info_files[i], e);
+		}
+	if (strcmp(name, ARTFS_ATTACH_SOCKET) == 0) {
+		if (!atomic_load(&t->attach_bound))
+			return negative(e, 0); /* the daemon binds it once it serves */
+		node_ref(&t->attach_node);
+		return lookup_positive(t, &t->attach_node, e);
+	}
+	return negative(e, CACHE_FOREVER);
+}
+
+/* <wv>/weights appears and goes through the control file, not through the
+ * kernel: its absence is never cached. */
+static int lookup_weights_dir(struct tree *t, struct version *v, struct tree_entry *e)
+{
+	pthread_mutex_lock(&t->lock);
+	struct node *wd = v->weights ? weights_dir_node(v->weights) : NULL;
+	if (wd)
+		node_ref(wd);
+	pthread_mutex_unlock(&t->lock);
+	return wd ? lookup_positive(t, wd, e) : negative(e, 0);
+}
+
+/* The absence of an object is never cached: a batch (.put) names objects
+ * behind the kernel's back, and an absence cached before it would hide the
+ * object after the batch returned. */
+static int lookup_object(struct tree *t, struct version *v, const char *name,
+			 struct tree_entry *e)
+{
+	uint8_t hash[ARTFS_HASH_BYTES_MAX];
+	size_t len;
+
+	if (key_hash_decode(name, hash, &len) < 0)
+		return negative(e, CACHE_FOREVER);
+	struct object *o = find_object(t, v, hash, len);
+	if (o)
+		return lookup_positive(t, &o->node, e);
+	if (!t->remote)
+		return negative(e, 0);
+	/* Not here: asked of the cluster, and never cached as absent. */
+	struct fetch_item it = { .ver = v, .hash = hash, .hash_len = len };
+	int rc = fetch_objects(t, &it, 1);
+	if (rc == -ENOENT)
+		return negative(e, 0);
+	if (rc < 0)
+		return rc;
+	o = find_object(t, v, hash, len);
+	return o ? lookup_positive(t, &o->node, e) : negative(e, 0);
+}
+
+static int lookup_in_version(struct tree *t, struct version *v, const char *name,
+			     struct tree_entry *e)
+{
+	if (v->removed)
+		return negative(e, 0);
+	if (strcmp(name, ARTFS_MATERIALIZE_NAME) == 0) {
+		node_ref(&v->materialize);
+		return lookup_positive(t, &v->materialize, e);
+	}
+	if (strcmp(name, ARTFS_PUT_NAME) == 0) {
+		node_ref(&v->put);
+		return lookup_positive(t, &v->put, e);
+	}
+	if (strcmp(name, "weights") == 0)
+		return lookup_weights_dir(t, v, e);
+	return lookup_object(t, v, name, e);
+}
+
+/* A key's object may come from a publish under any name: its absence is
+ * never cached. Keys of a restarted store are known once its objects are
+ * counted. */
+static int lookup_key(struct tree *t, const char *name, struct tree_entry *e)
+{
+	uint8_t key[32];
+	if (strlen(name) != 64 || key_sha256_decode(name, key) < 0)
+		return negative(e, CACHE_FOREVER);
+	sizing_wait_for_key(t, key);
+	struct object *o = find_key(t, key);
+	if (!o && t->remote) {
+		struct version *kv;
+		int rc = version_keyonly(t, &kv);
+		if (rc < 0)
+			return rc;
+		struct fetch_item it = { .ver = kv, .hash = key, .hash_len = 32 };
+		rc = fetch_objects(t, &it, 1);
+		node_unref(&kv->node, 1);
+		if (rc < 0 && rc != -ENOENT)
+			return rc;
+		o = find_key(t, key);
+	}
+	return o ? lookup_positive(t, &o->keynode, e) : negative(e, 0);
+}
+
+static int lookup_in_keys_dir(struct tree *t, const char *name, struct tree_entry *e)
+{
+	if (strcmp(name, ARTFS_PUT_NAME) == 0) {
+		node_ref(&t->keys_put);
+		return lookup_positive(t, &t->keys_put, e);
+	}
+	if (strcmp(name, ARTFS_GET_NAME) == 0) {
+		node_ref(&t->keys_get);
+		return lookup_positive(t, &t->keys_get, e);
+	}
+	return lookup_key(t, name, e);
+}
+
+static int lookup_in_weights_dir(struct tree *t, struct node *parent, const char *name,
+				 struct tree_entry *e)
+{
+	struct node *n;
+	int rc = weights_lookup(t, parent, name, &n);
+	if (rc < 0)
+		return negative(e, 0);
+	rc = lookup_positive(t, n, e);
+	e->entry_timeout = 1.0; /* manifest.json appears when ready */
+	return rc;
+}
+
+int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tree_entry *e)
+{
+	memset(e, 0, sizeof(*e));
+	switch (parent->type) {
+	case NODE_ROOT:
+		return lookup_in_root(t, name, e);
+	case NODE_INFO_DIR:
+		return lookup_in_info_dir(t, name, e);
+	case NODE_VERSION:
+		return lookup_in_version(t, (struct version *)parent, name, e);
+	case NODE_KEYS_DIR:
+		return lookup_in_keys_dir(t, name, e);
+	case NODE_WEIGHTS_DIR:
+		return lookup_in_weights_dir(t, parent, name, e);
+	default:
+		return -ENOTDIR;
+	}
+}
+
+void tree_forget(struct tree *t, uint64_t id, uint64_t nlookup)
+{
+	ids_node_forget(t, id, nlookup);
+}
+
+struct node *tree_node(struct tree *t, uint64_t id)
+{
+	struct node *n = ids_node(t, id);
+
+	if (n)
+		return n;
+	const struct held_node *r = ids_node_record(t, id);
+	uint8_t type = r ? atomic_load(&r->type) : 0;
+	if (type != NODE_WEIGHTS_DIR && type != NODE_WEIGHTS_FILE && type != NODE_WEIGHTS_RANK)
+		return revive_node(t, id);
+	/* weights a daemon before served, which the holder keeps */
+	struct node *w = weights_revive_node(t, r);
+	if (!w)
+		return ids_node_install(t, id, &t->stale);
+	struct node *mapped = ids_node_install(t, id, w);
+	node_unref(w, 1);
+	return mapped;
+}
