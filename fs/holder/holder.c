@@ -111,6 +111,10 @@ static void on_ctl(struct holder *h, struct daemon *d)
 			log_err("holder: the daemon cannot serve: %s", m.tag);
 		else if (m.value == 0)
 			daemon_start_succeeded(h, d->pid);
+		if (m.value == 0 && h->upgrade_deferred) {
+			h->upgrade_deferred = false;
+			upgrade_begin(h, "asked while the daemon started");
+		}
 	} else if (m.type == KEEPER_READY && d == &h->next) {
 		if (m.value < 0) {
 			snprintf(d->why, sizeof(d->why), "%s", m.tag);

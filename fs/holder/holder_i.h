@@ -68,6 +68,7 @@ struct holder {
 	bool drain_sent;           /* the serving daemon was told to drain for an upgrade */
 	enum upgrade_state upgrade_state;
 	uint64_t upgrade_seq;
+	bool upgrade_deferred;     /* asked while the daemon started: begins once it serves */
 	pid_t upgraded_pid;        /* the upgrade's daemon, once it took over */
 	int64_t upgraded_at;
 	bool stopping;

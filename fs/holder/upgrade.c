@@ -82,6 +82,14 @@ void upgrade_begin(struct holder *h, const char *why)
 {
 	const char *refused = upgrade_refusal(h);
 
+	if (refused && !h->stopping && h->next.pid <= 0 && !h->drain_sent && !h->cur.ready) {
+		/* A SIGHUP or `artfsctl upgrade` right after a start or a crash:
+		 * the daemon's READY may be on its way; the upgrade waits for it. */
+		h->upgrade_deferred = true;
+		log_info("holder: upgrade (%s) waits: daemon %ld is starting; it begins once that "
+			 "one serves", why, (long)h->cur.pid);
+		return;
+	}
 	if (refused) {
 		log_warn("holder: upgrade (%s) refused: %s", why, refused);
 		char text[96];

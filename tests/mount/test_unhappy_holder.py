@@ -31,12 +31,13 @@ SHIM = r"""
 /* struct fuse_buf of libfuse 3 (size, flags, mem, ...) */
 struct fbuf { size_t size; int flags; void *mem; int fd; off_t pos; };
 
-static int upgrade_daemon;
+static int upgrade_daemon, crash_daemon;
 
 __attribute__((constructor)) static void shim_init(void)
 {
 	const char *tk = getenv("ARTFS_TAKEOVER");
 	upgrade_daemon = tk && strstr(tk, "start=upgrade") != NULL;
+	crash_daemon = tk && strstr(tk, "start=crash") != NULL;
 }
 
 static void die(void)
@@ -52,23 +53,32 @@ static void die(void)
 	_exit(99);
 }
 
+static int is_ready(const struct msghdr *m)
+{
+	uint32_t type;
+	int32_t value;
+	if (m->msg_iovlen == 0 || m->msg_iov[0].iov_len < 8)
+		return 0;
+	memcpy(&type, m->msg_iov[0].iov_base, 4);
+	memcpy(&value, (char *)m->msg_iov[0].iov_base + 4, 4);
+	return type == 1 && value == 0;
+}
+
 /* SHIM_CRASH_AFTER_READY: a daemon started for an upgrade faults right
- * after it told the holder it is ready (KEEPER_READY, value 0). */
+ * after it told the holder it is ready (KEEPER_READY, value 0).
+ * SHIM_DELAY_READY_MS: a daemon started after a crash waits that long
+ * before it says so (it serves meanwhile). */
 ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
 {
 	static ssize_t (*real)(int, const struct msghdr *, int);
 	if (!real)
 		real = (ssize_t (*)(int, const struct msghdr *, int))dlsym(RTLD_NEXT, "sendmsg");
+	const char *delay = getenv("SHIM_DELAY_READY_MS");
+	if (crash_daemon && delay && is_ready(m))
+		usleep(1000 * (useconds_t)atoi(delay));
 	ssize_t n = real(fd, m, flags);
-	if (upgrade_daemon && getenv("SHIM_CRASH_AFTER_READY") && n >= 8 && m->msg_iovlen > 0 &&
-	    m->msg_iov[0].iov_len >= 8) {
-		uint32_t type;
-		int32_t value;
-		memcpy(&type, m->msg_iov[0].iov_base, 4);
-		memcpy(&value, (char *)m->msg_iov[0].iov_base + 4, 4);
-		if (type == 1 && value == 0)
-			die();
-	}
+	if (upgrade_daemon && getenv("SHIM_CRASH_AFTER_READY") && n >= 8 && is_ready(m))
+		die();
 	return n;
 }
 
@@ -187,6 +197,24 @@ def test_an_upgrade_whose_daemon_is_killed_while_the_old_one_is_stopped(shimmed)
     assert wait_for(lambda: len(m.daemons()) == 1 and found[0][0] not in m.daemons(),
                     timeout=20), m.log()
     assert m.proc.poll() is None, m.log()
+    assert wait_for(lambda: serves(m), timeout=10), m.log()
+
+
+def test_an_upgrade_asked_while_a_daemon_starts_waits_for_it(shimmed):
+    """SIGHUP while the daemon started after a crash has not said READY yet
+    (the shim holds it 1.5 s): the upgrade is not refused; it begins once
+    that daemon serves, and `artfsctl upgrade`-style records say served."""
+    m = shimmed(SHIM_DELAY_READY_MS="1500")
+    pid = m.kill_daemon()
+    assert wait_for(lambda: m.wait_log("started (after a crash)", timeout=0.05), timeout=20), m.log()
+    m.proc.send_signal(signal.SIGHUP)
+    assert m.wait_log("waits: daemon", timeout=10), m.log()
+    assert m.wait_log("upgrade (asked while the daemon started): starting", timeout=20), m.log()
+    outcome = os.path.join(m.store, "upgrade-outcome")
+    assert wait_for(lambda: os.path.exists(outcome) and " served " in open(outcome).read(),
+                    timeout=30), (m.log(), open(outcome).read() if os.path.exists(outcome) else "")
+    assert "refused" not in m.log(), m.log()
+    assert wait_for(lambda: len(m.daemons()) == 1 and pid not in m.daemons(), timeout=20), m.log()
     assert wait_for(lambda: serves(m), timeout=10), m.log()
 
 
