@@ -1,4 +1,4 @@
-/* FUSE low-level operations: each handler calls the core (src/tree.h) and
+/* FUSE low-level operations: each handler calls the core (src/ns/tree.h) and
  * turns its result into a reply. Nothing else lives here. */
 #include "autoconf.h"
 

@@ -1,7 +1,7 @@
 /* The holder (DESIGN.md §8): what `artfs <mountpoint>` runs. It makes the
  * mount and holds it: the /dev/fuse file, the kernel's INIT request, the
- * memory the daemons share (src/held.h) and the descriptors they give it
- * to keep (src/keeper.h). It starts the serving daemon (this binary, as
+ * memory the daemons share (src/restart/held.h) and the descriptors they give it
+ * to keep (src/restart/keeper.h). It starts the serving daemon (this binary, as
  * found on disk, with the same arguments) and starts another when that
  * one dies (crash) or is to be replaced (upgrade: SIGHUP, or a daemon's
  * request). It has no CUDA context and reads no client request; its own

@@ -21,7 +21,7 @@
  * instead of being sent to the next daemon: it is what kills them. */
 #define POISON_DEATHS 3
 
-/* The daemons' notes of the requests they serve (src/held.h), mapped the
+/* The daemons' notes of the requests they serve (src/restart/held.h), mapped the
  * first time they are wanted: NULL when they cannot be. */
 static struct held_inflight *inflight_of(struct holder *h)
 {

@@ -6,7 +6,7 @@
  * reply, harmlessly), and after a crash the requests the dead daemon had
  * read are asked for again (FUSE_NOTIFY_RESEND, written to /dev/fuse: not
  * in libfuse 3.14) or, where the kernel cannot resend them, answered EIO
- * from the dead daemon's record of them (src/held.h), never left hanging. */
+ * from the dead daemon's record of them (src/restart/held.h), never left hanging. */
 #ifndef ARTFS_FS_TAKEOVER_H
 #define ARTFS_FS_TAKEOVER_H
 

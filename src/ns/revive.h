@@ -1,6 +1,6 @@
 /* A daemon that takes over (DESIGN.md §8) meets ids it did not give out:
  * the node ids and file handles that a daemon before gave the kernel,
- * described in the holder's memory (held.h, src/ids.h). This file finds
+ * described in the holder's memory (held.h, src/state/ids.h). This file finds
  * the node an id names (a version, an object by version and hash, a key,
  * a version's .put or .materialize), and makes the handles that cannot be
  * opened again as they were: a file whose state died with the daemon

@@ -55,7 +55,7 @@ int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tr
 /* The kernel forgets nlookup lookups of id. */
 void tree_forget(struct tree *t, uint64_t id, uint64_t nlookup);
 /* The node of the kernel's id: this daemon's, or found again for an id a
- * daemon before gave out (src/revive.c); a stale node when it names
+ * daemon before gave out (src/ns/revive.c); a stale node when it names
  * nothing any more. */
 struct node *tree_node(struct tree *t, uint64_t id);
 /* The handle of the kernel's fh: this daemon's, or opened again for one a

@@ -136,7 +136,7 @@ static void handle_free(struct tree *t, struct handle *h)
 		h->next->prev = h->prev;
 		pthread_mutex_unlock(&open_handles_lock);
 	}
-	/* Its number goes with it (src/ids.c), unless the next daemon is to
+	/* Its number goes with it (src/state/ids.c), unless the next daemon is to
 	 * open it again (a drained daemon's handles that the kernel holds). */
 	if (h->fh && !t->handing_over && t->handle_unbind)
 		t->handle_unbind(t, h);

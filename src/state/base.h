@@ -60,12 +60,12 @@ struct tree {
 	 * mount (the holder keeps it); it exists from its bind on. */
 	struct node attach_node;
 	_Atomic bool attach_bound;
-	/* Attach tokens (src/grant.c), and the link on which the holder keeps
+	/* Attach tokens (src/state/grant.c), and the link on which the holder keeps
 	 * descriptors for the next daemon (fd -1 without a holder). */
 	struct grants grants;
 	struct keeper_link keeper;
 	int64_t started;          /* CLOCK_REALTIME seconds */
-	struct expiry *expiry;    /* the janitor (src/expiry.c), NULL when not running */
+	struct expiry *expiry;    /* the janitor (src/state/expiry.c), NULL when not running */
 	struct remote *remote;    /* the Redis Cluster tier (remote=), or NULL */
 	/* Tells the kernel that parent/name is gone when the daemon itself
 	 * removed it (collection); set by the FUSE layer, called only from the
@@ -76,7 +76,7 @@ struct tree {
 	 * 0 or -errno. */
 	int (*upgrade)(void *ctx);
 	void *upgrade_ctx;
-	/* Loaded weights (src/weights.c). */
+	/* Loaded weights (src/weights/weights.c). */
 	pthread_mutex_t weights_mu;
 	pthread_cond_t weights_cv;
 	struct weights *weights;  /* every weights object not yet freed */
@@ -94,14 +94,14 @@ struct tree {
 	pthread_cond_t sized_cv;
 	struct sizer *sizer;
 	/* What the holder keeps across daemons (held.h; a private copy without
-	 * a holder), and this daemon's map of the ids in it (src/ids.c). */
+	 * a holder), and this daemon's map of the ids in it (src/state/ids.c). */
 	struct held held;
 	pthread_mutex_t ids_mu;
 	_Atomic(void *) *_Atomic node_pages[HELD_NODES_MAX / IDS_PAGE];
 	_Atomic(void *) *_Atomic handle_pages[HELD_HANDLES_MAX / IDS_PAGE];
 	struct node stale;        /* what an id resolves to whose node is gone */
 	bool handing_over;        /* drained: what the kernel holds stays for the next daemon */
-	/* A released handle's number goes (src/ids.c sets it). */
+	/* A released handle's number goes (src/state/ids.c sets it). */
 	void (*handle_unbind)(struct tree *t, struct handle *h);
 	bool scan_deferred;       /* the store is indexed at tree_take_over */
 	bool took_over;           /* a daemon served this mount before */
@@ -136,7 +136,7 @@ struct dir_entry {
 struct handle;
 
 /* What an open file is, as the holder's memory keeps it (held.h): a
- * daemon that takes over opens it again from that (src/revive.c). */
+ * daemon that takes over opens it again from that (src/ns/revive.c). */
 enum handle_kind {
 	HANDLE_OBJECT = 1,     /* <wv>/<hash> read */
 	HANDLE_KEY,            /* .keys/<key> read */
@@ -199,7 +199,7 @@ struct handle {
 	const struct handle_ops *ops;
 	_Atomic uint32_t users;
 	struct handle *prev, *next; /* every open handle, released at shutdown */
-	uint64_t fh;                /* the kernel's file handle (src/ids.c); 0: none */
+	uint64_t fh;                /* the kernel's file handle (src/state/ids.c); 0: none */
 	struct tree *tree;          /* set with fh */
 };
 

@@ -86,7 +86,7 @@ static const struct object *object_of(const struct node *n)
 	return (const struct object *)n;
 }
 
-/* What n names, for the next daemon (src/revive.c reads it). */
+/* What n names, for the next daemon (src/ns/revive.c reads it). */
 static void describe(const struct node *n, struct held_node *d)
 {
 	memset(d, 0, sizeof(*d));

@@ -2,7 +2,7 @@
  * numbered in the holder's memory (held.h), where each says what it names,
  * so that the next daemon gives every one the same meaning. This file
  * keeps that numbering and this daemon's map from the numbers to its own
- * nodes and handles; src/revive.c finds the node or opens the handle again
+ * nodes and handles; src/ns/revive.c finds the node or opens the handle again
  * for an id this daemon did not give out.
  *
  * Fixed nodes (root 1, .artfs 2, its files 3..5, .keys 6, .keys/.put 7,
@@ -63,7 +63,7 @@ struct handle *ids_handle_install(struct tree *t, uint64_t fh, struct handle *h)
 /* h is released: its number goes. */
 void ids_handle_unbind(struct tree *t, struct handle *h);
 
-/* Sets how weights nodes are described (src/weights.c's). */
+/* Sets how weights nodes are described (src/weights/weights.c's). */
 void ids_set_weights_describe(void (*fn)(const struct node *n, struct held_node *d));
 
 /* The state of a publish or batch handle, in its record's state field. */

@@ -1,6 +1,6 @@
 /* Transaction files (.materialize, .keys/.get): each open is one request,
  * written as text, run at the first read, its result served by every
- * read. The request text lies in the holder's memory (src/held.h), so that
+ * read. The request text lies in the holder's memory (src/restart/held.h), so that
  * a daemon that takes over reads what was written before it. */
 #ifndef ARTFS_TRANSACTION_H
 #define ARTFS_TRANSACTION_H

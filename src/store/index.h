@@ -45,7 +45,7 @@ struct node {
 	uint8_t sub;       /* NODE_INFO_FILE, NODE_WEIGHTS_*: which one */
 	struct node *owner; /* set: a part of owner, whose count it shares */
 	struct node *prev, *next; /* registry of allocated nodes, for shutdown */
-	_Atomic uint64_t id; /* the kernel's id of it (src/ids.c); 0: none yet */
+	_Atomic uint64_t id; /* the kernel's id of it (src/state/ids.c); 0: none yet */
 };
 
 struct object;
@@ -65,7 +65,7 @@ struct version {
 	bool removed;
 	bool keyonly;             /* ".keys": the objects that have only a key (hash = key) */
 	/* Every object of its store directory is indexed. A daemon that takes
-	 * over indexes them in the background (src/scan.c); until then a name
+	 * over indexes them in the background (src/r3/scan.c); until then a name
 	 * that is not indexed is looked for in the store (version_probe). */
 	_Atomic bool listed;
 	/* Objects removed from its directory while it was not listed (tree

@@ -44,7 +44,7 @@ int weights_open(struct tree *t, struct node *n, int flags, struct handle **h,
 void weights_list(struct tree *t, struct node *dir,
 		  void (*add)(void *ctx, const char *name, uint64_t ino, unsigned char type), void *ctx);
 /* The descriptors of the slabs that an attach token grants (the resolver
- * of the .artfs/attach socket, src/attach.h; ctx is the tree). */
+ * of the .artfs/attach socket, src/weights/socket.h; ctx is the tree). */
 struct attach_slabs;
 int weights_slabs_of_token(void *ctx, const uint8_t token[ARTFS_ATTACH_TOKEN_SIZE],
 			   struct attach_slabs *out);

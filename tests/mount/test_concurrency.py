@@ -149,7 +149,7 @@ def test_keys_batches_and_removals_from_many_processes(mnt):
 
 # ---- batches whose headers are laid out in several ways ----------------------------
 # A batch takes a record's header from the layout of the record before when
-# only the hex digits of key and payload_sha256 differ (src/envelope.c).
+# only the hex digits of key and payload_sha256 differ (src/format/envelope.c).
 # Here every hash has one envelope of its own, in one of four layouts, and
 # batches mix them: the fast path is taken, missed and taken again within a
 # batch, from many processes at once.
@@ -350,7 +350,7 @@ def test_vllm_store_puts_and_gets_from_many_processes_and_threads(mnt):
 
 
 # Large writes: each begins a flush that stages its records while the rest
-# of the write is read, and records commit in runs (src/put.c, publish.c).
+# of the write is read, and records commit in runs (src/r3/put*.c, publish.c).
 # Many processes put the same keys at once, by key and by path, in batches
 # of up to 128 records of several KiB cut into writes of odd sizes, some
 # keys twice in one batch, while others remove objects and read them: every

@@ -350,7 +350,7 @@ def test_many_processes_put_and_get_at_once(mnt):
     assert mnt.metrics()["artfs_objects"] == 3 * 40
 
 
-# Batches queue their records and stage them side by side (src/put.c); these
+# Batches queue their records and stage them side by side (src/r3/put*.c); these
 # hold them to DESIGN.md §3.7: each record as a single publish, in order.
 BIG_ROWS = 2800  # 2800 x 48 x 8 payload bytes: more than put.c buffers (1 MiB)
 

@@ -32,7 +32,7 @@ def artfsctl():
     return path
 
 
-# ---- the held memory's records of requests in flight (src/held.h) -------------
+# ---- the held memory's records of requests in flight (src/restart/held.h) -------------
 
 def held_path(m):
     """/proc/<holder>/fd/N of the memory the holder keeps for its daemons."""

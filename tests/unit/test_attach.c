@@ -1,8 +1,8 @@
 /* Attaching weights without CUDA: the tokens of ARTFS_IOC_ATTACH
- * (src/grant.c), the wire of .artfs/attach and the hand-over of slab
- * descriptors (src/attach.c, here with memfds standing for the slabs:
+ * (src/state/grant.c), the wire of .artfs/attach and the hand-over of slab
+ * descriptors (src/weights/socket.c, here with memfds standing for the slabs:
  * the server passes any descriptor), and the record of ready weights that
- * the holder keeps (src/wrecord.c). */
+ * the holder keeps (src/format/weights_record.c). */
 #include "autoconf.h"
 
 #include <errno.h>

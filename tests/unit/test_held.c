@@ -1,5 +1,5 @@
-/* What the holder keeps for the daemons (src/held.c) and the descriptors
- * it keeps for them (src/keeper.c): tables that a second mapping (the next
+/* What the holder keeps for the daemons (src/restart/held.c) and the descriptors
+ * it keeps for them (src/restart/keeper.c): tables that a second mapping (the next
  * daemon) finds as the first left them, free slots learnt again, texts
  * kept whole, descriptors that outlive the process that gave them. */
 #include "autoconf.h"
