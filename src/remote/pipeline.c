@@ -32,7 +32,7 @@
 
 static void sleep_until(int64_t t)
 {
-	struct timespec ts = abs_time(t);
+	struct timespec ts = remote_abs_time(t);
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		;
 }
@@ -118,7 +118,7 @@ static void on_redirect(struct remote *r, struct op *op, const char *e, bool mov
 		finish(op, -EIO);
 		return;
 	}
-	uint16_t idx = node_intern(r, &a);
+	uint16_t idx = remote_node_intern(r, &a);
 	if (idx == NODE_NONE) {
 		snprintf(op->why, sizeof(op->why), "too many nodes to follow %.100s", e);
 		finish(op, -EIO);
@@ -288,7 +288,7 @@ static void lane_fail(struct remote *r, struct op *ops, struct lane *l, const ch
 		if (l->tags[t].kind == TAG_CMD)
 			snprintf(ops[l->tags[t].op].why, sizeof(ops[0].why), "%s", why);
 	if (l->slot)
-		pool_drop(r, l->slot);
+		remote_pool_drop(r, l->slot);
 }
 
 /* A round's memory, sized by the ops still pending. */
@@ -380,7 +380,7 @@ static void round_route(struct remote *r, struct round *rd, struct op *ops, size
 static void lane_connect(struct remote *r, struct lane *l, size_t li, struct op *ops, size_t n,
 			 int64_t deadline, struct outcome *o)
 {
-	if (!(l->slot = pool_acquire(l->node, deadline))) {
+	if (!(l->slot = remote_pool_acquire(l->node, deadline))) {
 		l->failed = true;
 		for (size_t i = 0; i < n; i++)
 			if (ops[i].lane == li)
@@ -391,7 +391,7 @@ static void lane_connect(struct remote *r, struct lane *l, size_t li, struct op 
 	if (l->slot->conn)
 		return;
 	char err[200];
-	int c = conn_open(r, l->node, deadline, &l->slot->conn, err, sizeof(err));
+	int c = remote_conn_open(r, l->node, deadline, &l->slot->conn, err, sizeof(err));
 	if (c < 0) {
 		for (size_t i = 0; i < n; i++)
 			if (ops[i].lane == li) {
@@ -519,7 +519,7 @@ static void round_release(struct remote *r, struct round *rd, struct op *ops, st
 		/* Replies still owed would answer the next user: drop the connection. */
 		if (!l->failed && l->got < l->ntags) {
 			o->refresh = true;
-			pool_drop(r, l->slot);
+			remote_pool_drop(r, l->slot);
 		}
 		for (size_t t = 0; t < l->ntags; t++) {
 			struct op *op = &ops[l->tags[t].op];
@@ -530,7 +530,7 @@ static void round_release(struct remote *r, struct round *rd, struct op *ops, st
 			}
 		}
 		if (l->slot->conn)
-			count_bytes(r, l->slot->conn);
+			remote_count_bytes(r, l->slot->conn);
 		pthread_mutex_unlock(&l->slot->lock);
 	}
 }
@@ -564,7 +564,7 @@ static bool any_pending(const struct op *ops, size_t n)
 
 /* Rounds until every op is done or the deadline; then the accounting and
  * one log line per failure (a few per call, the rest counted). */
-void call_run(struct remote *r, struct op *ops, size_t n, int64_t started, bool put)
+void remote_call_run(struct remote *r, struct op *ops, size_t n, int64_t started, bool put)
 {
 	int64_t deadline = started + (int64_t)r->timeout_ms * 1000000;
 	int backoff = BACKOFF_MIN_MS;
@@ -572,7 +572,7 @@ void call_run(struct remote *r, struct op *ops, size_t n, int64_t started, bool 
 	int64_t learnt = atomic_load(&r->map_time);
 	if (learnt == 0 || atomic_load(&r->map_stale) ||
 	    started - learnt > (int64_t)MAP_MAX_AGE_S * 1000000000)
-		map_refresh(r, atomic_load(&r->map_gen), deadline);
+		remote_map_refresh(r, atomic_load(&r->map_gen), deadline);
 	while (any_pending(ops, n) && redis_now() < deadline) {
 		uint64_t gen = atomic_load(&r->map_gen);
 		struct outcome o = { false, false, false };
@@ -592,7 +592,7 @@ void call_run(struct remote *r, struct op *ops, size_t n, int64_t started, bool 
 			break;
 		}
 		if (o.refresh)
-			map_refresh(r, gen, deadline);
+			remote_map_refresh(r, gen, deadline);
 		if (o.backoff || !o.progress) {
 			int64_t until = redis_now() + (int64_t)backoff * 1000000;
 			sleep_until(until < deadline ? until : deadline);

@@ -108,7 +108,7 @@ int remote_put_many(struct remote *r, size_t n, const char *const *keys_hex,
 		ops[i].val = vals[i];
 		ops[i].len = lens[i];
 	}
-	call_run(r, ops, n, started, true);
+	remote_call_run(r, ops, n, started, true);
 	for (size_t i = 0; i < n; i++) {
 		results[i] = ops[i].result;
 		if (rc == 0)
@@ -129,7 +129,7 @@ int remote_get_many(struct remote *r, size_t n, const char *const *keys_hex, uin
 	struct op *ops = ops_new(r, n, keys_hex, false, &rc);
 	if (!ops)
 		return rc;
-	call_run(r, ops, n, started, false);
+	remote_call_run(r, ops, n, started, false);
 	for (size_t i = 0; i < n; i++) {
 		results[i] = ops[i].result;
 		vals[i] = ops[i].result == 0 ? ops[i].got : NULL;
@@ -267,7 +267,7 @@ int remote_open(const struct remote_config *cfg, struct remote **out)
 	for (size_t i = 0; i < CLUSTER_SLOTS; i++)
 		r->slots[i] = NODE_NONE;
 	for (size_t i = 0; i < nseeds; i++)
-		node_intern(r, &seeds[i]);
+		remote_node_intern(r, &seeds[i]);
 	free(seeds);
 	if (r->nnodes == 0) {
 		remote_close(r);
@@ -275,7 +275,7 @@ int remote_open(const struct remote_config *cfg, struct remote **out)
 	}
 
 	int64_t deadline = redis_now() + (int64_t)r->timeout_ms * 1000000;
-	if (map_refresh(r, 0, deadline) < 0)
+	if (remote_map_refresh(r, 0, deadline) < 0)
 		log_warn("remote: %s; every call will try again", r->map_error);
 	else
 		log_info("remote: Redis Cluster at %s, keys %s:<key>, ttl %llu s, timeout %llu ms",
@@ -290,7 +290,7 @@ void remote_close(struct remote *r)
 	if (!r)
 		return;
 	for (size_t i = 0; i < r->nnodes; i++)
-		node_free(r->nodes[i]);
+		remote_node_free(r->nodes[i]);
 	pthread_rwlock_destroy(&r->map_lock);
 	pthread_mutex_destroy(&r->refresh_lock);
 	pthread_mutex_destroy(&r->log_lock);

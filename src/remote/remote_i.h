@@ -87,18 +87,18 @@ struct op {
 };
 
 /* slots.c: waiting, nodes and connections, the slot map. */
-struct timespec abs_time(int64_t deadline);
-int lock_until(pthread_mutex_t *m, int64_t deadline);
-uint16_t node_intern(struct remote *r, const struct cluster_addr *a);
-void node_free(struct node *n);
-struct pooled *pool_acquire(struct node *n, int64_t deadline);
-void count_bytes(struct remote *r, struct redis_conn *c);
-void pool_drop(struct remote *r, struct pooled *p);
-int conn_open(struct remote *r, const struct node *n, int64_t deadline,
+struct timespec remote_abs_time(int64_t deadline);
+int remote_lock_until(pthread_mutex_t *m, int64_t deadline);
+uint16_t remote_node_intern(struct remote *r, const struct cluster_addr *a);
+void remote_node_free(struct node *n);
+struct pooled *remote_pool_acquire(struct node *n, int64_t deadline);
+void remote_count_bytes(struct remote *r, struct redis_conn *c);
+void remote_pool_drop(struct remote *r, struct pooled *p);
+int remote_conn_open(struct remote *r, const struct node *n, int64_t deadline,
 	      struct redis_conn **out, char *err, size_t errlen);
-int map_refresh(struct remote *r, uint64_t seen_gen, int64_t deadline);
+int remote_map_refresh(struct remote *r, uint64_t seen_gen, int64_t deadline);
 
 /* pipeline.c: one call, every op done (result set) when it returns. */
-void call_run(struct remote *r, struct op *ops, size_t n, int64_t started, bool put);
+void remote_call_run(struct remote *r, struct op *ops, size_t n, int64_t started, bool put);
 
 #endif

@@ -20,7 +20,7 @@
 
 /* ---- waiting until a deadline ------------------------------------------------------- */
 
-struct timespec abs_time(int64_t deadline)
+struct timespec remote_abs_time(int64_t deadline)
 {
 	return (struct timespec){ .tv_sec = deadline / 1000000000, .tv_nsec = deadline % 1000000000 };
 }
@@ -29,13 +29,13 @@ struct timespec abs_time(int64_t deadline)
  * wall clock (pthread_mutex_clocklock would take the monotonic one, but
  * sanitizers do not know it): a clock step can only move the give-up time,
  * and every holder lets go by its own deadline anyway. */
-int lock_until(pthread_mutex_t *m, int64_t deadline)
+int remote_lock_until(pthread_mutex_t *m, int64_t deadline)
 {
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
 	int64_t left = deadline - redis_now();
 	int64_t wall = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec + (left > 0 ? left : 0);
-	struct timespec ts = abs_time(wall);
+	struct timespec ts = remote_abs_time(wall);
 	return pthread_mutex_timedlock(m, &ts);
 }
 
@@ -62,7 +62,7 @@ static uint16_t node_intern_locked(struct remote *r, const struct cluster_addr *
 	return (uint16_t)r->nnodes++;
 }
 
-uint16_t node_intern(struct remote *r, const struct cluster_addr *a)
+uint16_t remote_node_intern(struct remote *r, const struct cluster_addr *a)
 {
 	pthread_rwlock_wrlock(&r->map_lock);
 	uint16_t i = node_intern_locked(r, a);
@@ -70,7 +70,7 @@ uint16_t node_intern(struct remote *r, const struct cluster_addr *a)
 	return i;
 }
 
-void node_free(struct node *n)
+void remote_node_free(struct node *n)
 {
 	for (int i = 0; i < POOL_SIZE; i++) {
 		redis_conn_close(n->pool[i].conn);
@@ -80,7 +80,7 @@ void node_free(struct node *n)
 }
 
 /* A free connection slot of the node, or the wait for one until deadline. */
-struct pooled *pool_acquire(struct node *n, int64_t deadline)
+struct pooled *remote_pool_acquire(struct node *n, int64_t deadline)
 {
 	unsigned start = atomic_fetch_add(&n->next, 1);
 
@@ -90,10 +90,10 @@ struct pooled *pool_acquire(struct node *n, int64_t deadline)
 			return p;
 	}
 	struct pooled *p = &n->pool[start % POOL_SIZE];
-	return lock_until(&p->lock, deadline) == 0 ? p : NULL;
+	return remote_lock_until(&p->lock, deadline) == 0 ? p : NULL;
 }
 
-void count_bytes(struct remote *r, struct redis_conn *c)
+void remote_count_bytes(struct remote *r, struct redis_conn *c)
 {
 	uint64_t sent, received;
 
@@ -102,10 +102,10 @@ void count_bytes(struct remote *r, struct redis_conn *c)
 	counter_add(&r->metrics.bytes_in, received);
 }
 
-void pool_drop(struct remote *r, struct pooled *p)
+void remote_pool_drop(struct remote *r, struct pooled *p)
 {
 	if (p->conn) {
-		count_bytes(r, p->conn);
+		remote_count_bytes(r, p->conn);
 		redis_conn_close(p->conn);
 		p->conn = NULL;
 	}
@@ -122,7 +122,7 @@ static int64_t connect_deadline(const struct remote *r, int64_t deadline)
 	return until < deadline ? until : deadline;
 }
 
-int conn_open(struct remote *r, const struct node *n, int64_t deadline,
+int remote_conn_open(struct remote *r, const struct node *n, int64_t deadline,
 		     struct redis_conn **out, char *err, size_t errlen)
 {
 	counter_inc(&r->metrics.connects);
@@ -202,16 +202,16 @@ out:
 	if (nodes)
 		freeReplyObject(nodes);
 	free(s);
-	count_bytes(r, c);
+	remote_count_bytes(r, c);
 	redis_conn_close(c);
 	return rc;
 }
 
 /* Learns the slot map from any known node, unless another thread installed
  * one since seen_gen. */
-int map_refresh(struct remote *r, uint64_t seen_gen, int64_t deadline)
+int remote_map_refresh(struct remote *r, uint64_t seen_gen, int64_t deadline)
 {
-	if (lock_until(&r->refresh_lock, deadline) != 0)
+	if (remote_lock_until(&r->refresh_lock, deadline) != 0)
 		return -ETIMEDOUT;
 	if (atomic_load(&r->map_gen) != seen_gen) {
 		pthread_mutex_unlock(&r->refresh_lock);

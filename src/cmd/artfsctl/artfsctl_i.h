@@ -46,32 +46,32 @@ struct config_view {
 };
 
 /* main.c: the usage and the messages; each returns the exit status. */
-void usage(FILE *f);
+void ctl_usage(FILE *f);
 /* An operation failed: exit status 1. */
-int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int ctl_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The command line is wrong: exit status 2 (EXIT_USAGE). */
-int bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int ctl_bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* s with anything but printable ASCII as '?', at most max bytes. */
-const char *printable(const char *s, char *buf, size_t size, size_t max);
-const char *bad_option(char **argv, char *buf, size_t size);
+const char *ctl_printable(const char *s, char *buf, size_t size, size_t max);
+const char *ctl_bad_option(char **argv, char *buf, size_t size);
 
 /* units.c: numbers read and written. */
-bool parse_positive(const char *s, uint64_t *out);
-const char *human_bytes(uint64_t v, char *buf, size_t size);
-const char *human_duration(uint64_t s, char *buf, size_t size);
+bool ctl_parse_positive(const char *s, uint64_t *out);
+const char *ctl_human_bytes(uint64_t v, char *buf, size_t size);
+const char *ctl_human_duration(uint64_t s, char *buf, size_t size);
 
 /* mount.c: the mount, its control file, writes and the clock. */
-char *path_in(const char *mnt, const char *rel);
+char *ctl_path_in(const char *mnt, const char *rel);
 /* 0, or the exit status after saying why ctl->mnt is not an artfs mount. */
-int mount_check(const struct ctl *ctl);
+int ctl_mount_check(const struct ctl *ctl);
 /* A line written to .artfs/control: 0 or -errno (the daemon's answer). */
-int control_write(const struct ctl *ctl, const char *what, const char *line);
-int write_all(int fd, const void *buf, size_t len);
-double seconds_now(void);      /* CLOCK_MONOTONIC */
+int ctl_control_write(const struct ctl *ctl, const char *what, const char *line);
+int ctl_write_all(int fd, const void *buf, size_t len);
+double ctl_seconds_now(void);      /* CLOCK_MONOTONIC */
 
 /* info.c: the .artfs/ files read and parsed. */
 int info_read(const struct ctl *ctl, const char *rel, char **text, size_t *len);
-void for_each_line(char *text, size_t len, void (*fn)(char *line, void *arg), void *arg);
+void ctl_for_each_line(char *text, size_t len, void (*fn)(char *line, void *arg), void *arg);
 /* for_each_line's fn for .artfs/config (arg: a config_view, config_init'ed). */
 void info_config_line(char *line, void *arg);
 /* for_each_line's fn for .artfs/metrics (arg: a metrics_view). */

@@ -24,7 +24,7 @@
  * to EOF. Returns 0 and a NUL-terminated malloc'd text, or -errno. */
 int info_read(const struct ctl *ctl, const char *rel, char **text, size_t *len)
 {
-	char *path = path_in(ctl->mnt, rel);
+	char *path = ctl_path_in(ctl->mnt, rel);
 	size_t cap = 1 << 16, n = 0;
 	char *buf = malloc(cap);
 	int rc = 0;
@@ -79,7 +79,7 @@ int info_read(const struct ctl *ctl, const char *rel, char **text, size_t *len)
 
 /* Calls fn for each line of text (cut in place), skipping lines longer than
  * INFO_LINE_MAX. */
-void for_each_line(char *text, size_t len, void (*fn)(char *line, void *arg), void *arg)
+void ctl_for_each_line(char *text, size_t len, void (*fn)(char *line, void *arg), void *arg)
 {
 	for (size_t pos = 0; pos < len;) {
 		char *nl = memchr(text + pos, '\n', len - pos);

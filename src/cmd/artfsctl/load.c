@@ -43,8 +43,8 @@ static void progress(const char *wv, uint64_t done, uint64_t total, double rate)
 	int filled = total ? (int)((double)done / (double)total * width) : 0;
 	char hd[32], ht[32];
 
-	human_bytes(done, hd, sizeof(hd));
-	human_bytes(total, ht, sizeof(ht));
+	ctl_human_bytes(done, hd, sizeof(hd));
+	ctl_human_bytes(total, ht, sizeof(ht));
 	fprintf(stderr, "\r%s [", wv);
 	for (int i = 0; i < width; i++)
 		fputc(i < filled ? '#' : '.', stderr);
@@ -64,7 +64,7 @@ static int wait_ready(const struct ctl *ctl, const char *wv)
 		size_t len;
 		int rc = info_read(ctl, rel, &text, &len);
 		if (rc < 0)
-			return fail("load %s: the weights are gone (%s): unloaded meanwhile?", wv,
+			return ctl_fail("load %s: the weights are gone (%s): unloaded meanwhile?", wv,
 				    strerror(-rc));
 		uint64_t done = 0, total = 0;
 		double rate = 0;
@@ -84,7 +84,7 @@ static int wait_ready(const struct ctl *ctl, const char *wv)
 			if (strcmp(state, "ready") == 0) {
 				char secs[32] = "?", hb[32];
 				status_value(text, "seconds", secs, sizeof(secs));
-				human_bytes(total, hb, sizeof(hb));
+				ctl_human_bytes(total, hb, sizeof(hb));
 				printf("%s: ready, %s in %s s (%.0f MB/s)\n", wv, hb, secs, rate);
 				free(text);
 				return 0;
@@ -92,7 +92,7 @@ static int wait_ready(const struct ctl *ctl, const char *wv)
 			if (!status_value(text, "error", v, sizeof(v)))
 				v[0] = '\0';
 			free(text);
-			return fail("load %s: %s: %s", wv, state, v);
+			return ctl_fail("load %s: %s: %s", wv, state, v);
 		}
 		free(text);
 		usleep(20 * 1000); /* a flip waits on this: poll often */
@@ -120,40 +120,44 @@ int cmd_load(struct ctl *ctl, int argc, char **argv)
 		case OPT_GPUS: gpus = optarg; break;
 		case OPT_NO_WAIT: wait = false; break;
 		case 'm': ctl->mnt = optarg; break;
-		case 'h': usage(stdout); return 0;
-		case ':': return bad_usage("load: %s needs a value", bad_option(argv, o, sizeof(o)));
-		default: return bad_usage("load: unknown option %s", bad_option(argv, o, sizeof(o)));
+		case 'h': ctl_usage(stdout); return 0;
+		case ':': return ctl_bad_usage("load: %s needs a value", ctl_bad_option(argv, o, sizeof(o)));
+		default: return ctl_bad_usage("load: unknown option %s", ctl_bad_option(argv, o, sizeof(o)));
 		}
 	}
 	if (argc - optind != 2)
-		return bad_usage("load: needs <wv> <checkpoint-dir>");
+		return ctl_bad_usage("load: needs <wv> <checkpoint-dir>");
 	const char *wv = argv[optind];
 	if (!key_version_name_valid(wv))
-		return bad_usage("load: \"%s\" is not a weight version name", wv);
+		return ctl_bad_usage("load: \"%s\" is not a weight version name", wv);
 	if (gpus && (!*gpus || strspn(gpus, "0123456789,") != strlen(gpus)))
-		return bad_usage("load: --gpus takes a list like 0,1,2");
+		return ctl_bad_usage("load: --gpus takes a list like 0,1,2");
 	char dir[PATH_MAX];
 	if (!realpath(argv[optind + 1], dir))
-		return fail("load %s: %s: %s", wv, argv[optind + 1], strerror(errno));
+		return ctl_fail("load %s: %s: %s", wv, argv[optind + 1], strerror(errno));
 	if (strpbrk(dir, " \t\n"))
-		return fail("load %s: %s: a checkpoint path with spaces is not supported", wv, dir);
-	int rc = mount_check(ctl);
+		return ctl_fail("load %s: %s: a checkpoint path with spaces is not supported", wv, dir);
+	int rc = ctl_mount_check(ctl);
 	if (rc)
 		return rc;
 	char line[PATH_MAX + 512];
 	snprintf(line, sizeof(line), "load %s %s%s%s\n", wv, dir, gpus ? " gpus=" : "", gpus ? gpus : "");
-	rc = control_write(ctl, "load", line);
+	rc = ctl_control_write(ctl, "load", line);
 	switch (rc) {
 	case 0: break;
-	case -ENODEV: return fail("load %s: no GPU support in this artfs, or no GPU (%s)", wv, strerror(-rc));
-	case -ENOENT: return fail("load %s: %s holds no safetensors checkpoint (%s)", wv, dir, strerror(-rc));
-	case -EEXIST: return fail("load %s: weights of %s are already loaded; loaded weights are "
+	case -ENODEV:
+		return ctl_fail("load %s: no GPU support in this artfs, or no GPU (%s)", wv,
+				strerror(-rc));
+	case -ENOENT:
+		return ctl_fail("load %s: %s holds no safetensors checkpoint (%s)", wv, dir,
+				strerror(-rc));
+	case -EEXIST: return ctl_fail("load %s: weights of %s are already loaded; loaded weights are "
 				  "immutable, use a new version (%s)", wv, wv, strerror(-rc));
-	case -EINVAL: return fail("load %s: the checkpoint or the GPU list was refused; the daemon "
+	case -EINVAL: return ctl_fail("load %s: the checkpoint or the GPU list was refused; the daemon "
 				  "log says why (%s)", wv, strerror(-rc));
-	case -ENOMEM: return fail("load %s: the GPUs lack room for it; attached versions are "
+	case -ENOMEM: return ctl_fail("load %s: the GPUs lack room for it; attached versions are "
 				  "untouched; the daemon log says how much is free (%s)", wv, strerror(-rc));
-	default: return fail("load %s: %s", wv, strerror(-rc));
+	default: return ctl_fail("load %s: %s", wv, strerror(-rc));
 	}
 	return wait ? wait_ready(ctl, wv) : 0;
 }
@@ -161,23 +165,23 @@ int cmd_load(struct ctl *ctl, int argc, char **argv)
 int cmd_unload(struct ctl *ctl, int argc, char **argv)
 {
 	if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-		usage(stdout);
+		ctl_usage(stdout);
 		return 0;
 	}
 	if (argc != 2)
-		return bad_usage("unload: needs <wv>");
+		return ctl_bad_usage("unload: needs <wv>");
 	if (!key_version_name_valid(argv[1]))
-		return bad_usage("unload: \"%s\" is not a weight version name", argv[1]);
-	int rc = mount_check(ctl);
+		return ctl_bad_usage("unload: \"%s\" is not a weight version name", argv[1]);
+	int rc = ctl_mount_check(ctl);
 	if (rc)
 		return rc;
 	char line[ARTFS_VERSION_NAME_MAX + 16];
 	snprintf(line, sizeof(line), "unload %s\n", argv[1]);
-	rc = control_write(ctl, "unload", line);
+	rc = ctl_control_write(ctl, "unload", line);
 	if (rc == -ENOENT)
-		return fail("unload %s: no weights of %s are loaded", argv[1], argv[1]);
+		return ctl_fail("unload %s: no weights of %s are loaded", argv[1], argv[1]);
 	if (rc < 0)
-		return fail("unload %s: %s", argv[1], strerror(-rc));
+		return ctl_fail("unload %s: %s", argv[1], strerror(-rc));
 	printf("%s: unloaded (GPU memory is freed when the last attached engine closes)\n", argv[1]);
 	return 0;
 }

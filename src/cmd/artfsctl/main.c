@@ -30,7 +30,7 @@ static const struct command *commands_list(size_t *n);
 
 /* ---- messages ------------------------------------------------------------ */
 
-void usage(FILE *f)
+void ctl_usage(FILE *f)
 {
 	size_t n;
 	const struct command *cmds = commands_list(&n);
@@ -47,7 +47,7 @@ void usage(FILE *f)
 }
 
 /* An operation failed: one line on stderr, exit status 1. */
-int fail(const char *fmt, ...)
+int ctl_fail(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -60,7 +60,7 @@ int fail(const char *fmt, ...)
 }
 
 /* The command line is wrong: the reason, then the usage, exit status 2. */
-int bad_usage(const char *fmt, ...)
+int ctl_bad_usage(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -69,14 +69,14 @@ int bad_usage(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	fputs("\n\n", stderr);
 	va_end(ap);
-	usage(stderr);
+	ctl_usage(stderr);
 	return EXIT_USAGE;
 }
 
 /* Text from the daemon or from stdin, made safe for a terminal: anything
  * but printable ASCII becomes '?' (no escape sequences, C1 controls
  * included), and at most max bytes are kept ("..." marks a cut). */
-const char *printable(const char *s, char *buf, size_t size, size_t max)
+const char *ctl_printable(const char *s, char *buf, size_t size, size_t max)
 {
 	size_t n = 0;
 
@@ -91,13 +91,13 @@ const char *printable(const char *s, char *buf, size_t size, size_t max)
 }
 
 /* The option getopt stopped at: "-x" for a short one, else the word. */
-const char *bad_option(char **argv, char *buf, size_t size)
+const char *ctl_bad_option(char **argv, char *buf, size_t size)
 {
 	if (optopt > 0 && optopt < 0x7f && optopt >= 0x21) {
 		snprintf(buf, size, "-%c", optopt);
 		return buf;
 	}
-	return printable(argv[optind - 1], buf, size, 40);
+	return ctl_printable(argv[optind - 1], buf, size, 40);
 }
 
 /* ---- dispatch ------------------------------------------------------------------ */
@@ -144,16 +144,17 @@ int main(int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, "+:m:h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'm': ctl.mnt = optarg; break;
-		case 'h': usage(stdout); return 0;
-		case ':': return bad_usage("%s needs a value", bad_option(argv, o, sizeof(o)));
-		default: return bad_usage("unknown option %s", bad_option(argv, o, sizeof(o)));
+		case 'h': ctl_usage(stdout); return 0;
+		case ':': return ctl_bad_usage("%s needs a value", ctl_bad_option(argv, o, sizeof(o)));
+		default: return ctl_bad_usage("unknown option %s", ctl_bad_option(argv, o, sizeof(o)));
 		}
 	}
 	if (optind >= argc)
-		return bad_usage("no command given");
+		return ctl_bad_usage("no command given");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (strcmp(argv[optind], commands[i].name) == 0)
 			return commands[i].run(&ctl, argc - optind, argv + optind);
 	char safe[64];
-	return bad_usage("unknown command \"%s\"", printable(argv[optind], safe, sizeof(safe), 40));
+	return ctl_bad_usage("unknown command \"%s\"",
+			     ctl_printable(argv[optind], safe, sizeof(safe), 40));
 }

@@ -82,7 +82,7 @@ static int read_hashes(struct buffer *req)
 		if (st == LINE_EOF)
 			break;
 		if (st == LINE_ERROR)
-			return fail("reading the block hashes from stdin: %s", strerror(errno));
+			return ctl_fail("reading the block hashes from stdin: %s", strerror(errno));
 		if (st == LINE_LONG || st == LINE_NUL) {
 			fprintf(stderr, PROG ": stdin line %zu: %s; expected one block hash a line "
 				"(2 to 128 lowercase hex digits, even length)\n",
@@ -95,11 +95,11 @@ static int read_hashes(struct buffer *req)
 		if (key_hash_decode(h, bytes, &len) < 0) {
 			fprintf(stderr, PROG ": stdin line %zu: \"%s\" is not a block hash "
 				"(2 to 128 lowercase hex digits, even length)\n",
-				lineno, printable(h, safe, sizeof(safe), 40));
+				lineno, ctl_printable(h, safe, sizeof(safe), 40));
 			return EXIT_USAGE;
 		}
 		if (!buffer_add(req, h, strlen(h)) || !buffer_add(req, "\n", 1))
-			return fail("reading the block hashes from stdin: %s", strerror(ENOMEM));
+			return ctl_fail("reading the block hashes from stdin: %s", strerror(ENOMEM));
 		count++;
 	}
 	if (count == 0) {
@@ -129,22 +129,22 @@ static int materialize_copy(int fd, const char *wv)
 	int rc = 0;
 
 	if (!buf)
-		return fail("materialize %s: %s", wv, strerror(ENOMEM));
+		return ctl_fail("materialize %s: %s", wv, strerror(ENOMEM));
 	for (;;) {
 		ssize_t r = pread(fd, buf, COPY_CHUNK, (off_t)off);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
 			int err = errno;
-			rc = fail("materialize %s: %s (%s)%s", wv, materialize_error(err),
+			rc = ctl_fail("materialize %s: %s (%s)%s", wv, materialize_error(err),
 				  strerror(err), off ? "; the output is incomplete" : "");
 			break;
 		}
 		if (r == 0)
 			break;
-		int w = write_all(STDOUT_FILENO, buf, (size_t)r);
+		int w = ctl_write_all(STDOUT_FILENO, buf, (size_t)r);
 		if (w < 0) {
-			rc = fail("materialize %s: writing to stdout: %s", wv, strerror(-w));
+			rc = ctl_fail("materialize %s: writing to stdout: %s", wv, strerror(-w));
 			break;
 		}
 		off += (uint64_t)r;
@@ -179,28 +179,28 @@ static int materialize_read_args(struct ctl *ctl, int argc, char **argv, struct 
 		switch (opt) {
 		case OPT_TOKEN_END:
 		case OPT_BLOCK_SIZE:
-			if (!parse_positive(optarg, opt == OPT_TOKEN_END ? &a->token_end : &a->block_size))
-				return bad_usage("materialize: %s needs a positive integer, not \"%s\"",
+			if (!ctl_parse_positive(optarg, opt == OPT_TOKEN_END ? &a->token_end : &a->block_size))
+				return ctl_bad_usage("materialize: %s needs a positive integer, not \"%s\"",
 						 opt == OPT_TOKEN_END ? "--token-end" : "--block-size",
 						 optarg);
 			break;
 		case 'm': ctl->mnt = optarg; break;
-		case 'h': usage(stdout); a->helped = true; return 0;
+		case 'h': ctl_usage(stdout); a->helped = true; return 0;
 		case ':':
-			return bad_usage("materialize: %s needs a value", bad_option(argv, o, sizeof(o)));
+			return ctl_bad_usage("materialize: %s needs a value", ctl_bad_option(argv, o, sizeof(o)));
 		default:
-			return bad_usage("materialize: unknown option %s", bad_option(argv, o, sizeof(o)));
+			return ctl_bad_usage("materialize: unknown option %s", ctl_bad_option(argv, o, sizeof(o)));
 		}
 	}
 	if (optind >= argc)
-		return bad_usage("materialize: which weight version?");
+		return ctl_bad_usage("materialize: which weight version?");
 	if (optind + 1 < argc)
-		return bad_usage("materialize: unexpected argument \"%s\"", argv[optind + 1]);
+		return ctl_bad_usage("materialize: unexpected argument \"%s\"", argv[optind + 1]);
 	a->wv = argv[optind];
 	if (!key_version_name_valid(a->wv)) {
 		char safe[160];
-		return bad_usage("materialize: \"%s\" is not a weight version name",
-				 printable(a->wv, safe, sizeof(safe), 140));
+		return ctl_bad_usage("materialize: \"%s\" is not a weight version name",
+				 ctl_printable(a->wv, safe, sizeof(safe), 140));
 	}
 	return 0;
 }
@@ -219,7 +219,7 @@ static int materialize_request(const struct materialize_args *a, struct buffer *
 		n += snprintf(head + n, sizeof(head) - (size_t)n, "block_size %" PRIu64 "\n",
 			      a->block_size);
 	if (!buffer_add(req, head, (size_t)n))
-		return fail("materialize %s: %s", a->wv, strerror(ENOMEM));
+		return ctl_fail("materialize %s: %s", a->wv, strerror(ENOMEM));
 	return read_hashes(req);
 }
 
@@ -231,9 +231,9 @@ static int materialize_open_failed(const struct ctl *ctl, const char *wv, const 
 	struct stat st;
 
 	if (err == ENOENT && stat(ctl->mnt, &st) == 0)
-		return fail("materialize %s: no weight version \"%s\" in %s (%s)", wv, wv, ctl->mnt,
+		return ctl_fail("materialize %s: no weight version \"%s\" in %s (%s)", wv, wv, ctl->mnt,
 			    strerror(err));
-	return fail("materialize %s: opening %s: %s", wv, path, strerror(err));
+	return ctl_fail("materialize %s: opening %s: %s", wv, path, strerror(err));
 }
 
 /* The request written to <wv>/.materialize, its result read back onto
@@ -242,9 +242,9 @@ static int materialize_run(const struct ctl *ctl, const char *wv, const struct b
 {
 	char rel[ARTFS_VERSION_NAME_MAX + 16];
 	snprintf(rel, sizeof(rel), "%s/.materialize", wv);
-	char *path = path_in(ctl->mnt, rel);
+	char *path = ctl_path_in(ctl->mnt, rel);
 	if (!path)
-		return fail("materialize %s: %s", wv, strerror(ENOMEM));
+		return ctl_fail("materialize %s: %s", wv, strerror(ENOMEM));
 	int rc;
 	int fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
@@ -252,9 +252,9 @@ static int materialize_run(const struct ctl *ctl, const char *wv, const struct b
 		free(path);
 		return rc;
 	}
-	int w = write_all(fd, req->data, req->len);
+	int w = ctl_write_all(fd, req->data, req->len);
 	if (w < 0)
-		rc = fail("materialize %s: writing the request to %s: %s%s", wv, path, strerror(-w),
+		rc = ctl_fail("materialize %s: writing the request to %s: %s%s", wv, path, strerror(-w),
 			  w == -EFBIG ? " (more than the daemon accepts in one request)" : "");
 	else
 		rc = materialize_copy(fd, wv);
@@ -271,9 +271,9 @@ int cmd_materialize(struct ctl *ctl, int argc, char **argv)
 	if (rc || a.helped)
 		return rc;
 	if (isatty(STDOUT_FILENO))
-		return fail("materialize %s: stdout is a terminal; redirect the .npy to a file or "
+		return ctl_fail("materialize %s: stdout is a terminal; redirect the .npy to a file or "
 			    "a pipe", a.wv);
-	if ((rc = mount_check(ctl)))
+	if ((rc = ctl_mount_check(ctl)))
 		return rc;
 	struct buffer req = { 0 };
 	rc = materialize_request(&a, &req);

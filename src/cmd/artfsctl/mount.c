@@ -14,7 +14,7 @@
 
 #include "cmd/artfsctl/artfsctl_i.h"
 
-char *path_in(const char *mnt, const char *rel)
+char *ctl_path_in(const char *mnt, const char *rel)
 {
 	size_t a = strlen(mnt), b = strlen(rel);
 	bool slash = a > 0 && mnt[a - 1] == '/';
@@ -26,32 +26,32 @@ char *path_in(const char *mnt, const char *rel)
 }
 
 /* An artfs mount is a directory whose .artfs/config can be read. */
-int mount_check(const struct ctl *ctl)
+int ctl_mount_check(const struct ctl *ctl)
 {
 	if (!*ctl->mnt)
-		return bad_usage("the mount point is an empty string");
-	char *path = path_in(ctl->mnt, ".artfs/config");
+		return ctl_bad_usage("the mount point is an empty string");
+	char *path = ctl_path_in(ctl->mnt, ".artfs/config");
 	if (!path)
-		return fail("out of memory");
+		return ctl_fail("out of memory");
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	int err = errno;
 	free(path);
 	if (fd < 0)
-		return fail("%s is not an artfs mount (.artfs/config: %s)", ctl->mnt, strerror(err));
+		return ctl_fail("%s is not an artfs mount (.artfs/config: %s)", ctl->mnt, strerror(err));
 	close(fd);
 	return 0;
 }
 
-int control_write(const struct ctl *ctl, const char *what, const char *line)
+int ctl_control_write(const struct ctl *ctl, const char *what, const char *line)
 {
-	char *path = path_in(ctl->mnt, ".artfs/control");
+	char *path = ctl_path_in(ctl->mnt, ".artfs/control");
 	if (!path)
 		return -ENOMEM;
 	int fd = open(path, O_WRONLY | O_CLOEXEC);
 	free(path);
 	if (fd < 0)
 		return -errno;
-	int rc = write_all(fd, line, strlen(line));
+	int rc = ctl_write_all(fd, line, strlen(line));
 	if (close(fd) < 0 && rc == 0)
 		rc = -errno;
 	(void)what;
@@ -59,7 +59,7 @@ int control_write(const struct ctl *ctl, const char *what, const char *line)
 }
 
 /* Writes all of buf, across short writes and signals. Returns 0 or -errno. */
-int write_all(int fd, const void *buf, size_t len)
+int ctl_write_all(int fd, const void *buf, size_t len)
 {
 	const char *p = buf;
 
@@ -77,7 +77,7 @@ int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-double seconds_now(void)
+double ctl_seconds_now(void)
 {
 	struct timespec ts;
 

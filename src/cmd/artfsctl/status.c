@@ -74,8 +74,10 @@ static void print_versions(struct metrics_view *m)
 		char objects[24], open_files[24];
 		printf("%-*s  %8s  %10s  %7s  %4s\n", width, name,
 		       opt_text(v[METRIC_VERSION_OBJECTS], objects, sizeof(objects)),
-		       v[METRIC_VERSION_BYTES].have ? human_bytes(v[METRIC_VERSION_BYTES].v, a, sizeof(a)) : "?",
-		       v[METRIC_VERSION_IDLE].have ? human_duration(v[METRIC_VERSION_IDLE].v, b, sizeof(b)) : "?",
+		       v[METRIC_VERSION_BYTES].have
+			       ? ctl_human_bytes(v[METRIC_VERSION_BYTES].v, a, sizeof(a)) : "?",
+		       v[METRIC_VERSION_IDLE].have
+			       ? ctl_human_duration(v[METRIC_VERSION_IDLE].v, b, sizeof(b)) : "?",
 		       opt_text(v[METRIC_VERSION_OPEN], open_files, sizeof(open_files)));
 	}
 }
@@ -90,20 +92,21 @@ static int status_report(const struct ctl *ctl, struct config_view *c, struct me
 	config_option_find("store", &store_bit);
 	const char *store = c->cfg.given & store_bit ? c->cfg.store : NULL;
 
-	printf("mount       %s\n", printable(c->mountpoint && *c->mountpoint ? c->mountpoint
+	printf("mount       %s\n", ctl_printable(c->mountpoint && *c->mountpoint ? c->mountpoint
 									     : ctl->mnt,
 						 safe, sizeof(safe), 400));
-	printf("store       %s\n", store ? printable(store, safe, sizeof(safe), 400) : "?");
+	printf("store       %s\n", store ? ctl_printable(store, safe, sizeof(safe), 400) : "?");
 	printf("objects     %s in %s versions\n", opt_text(g[METRIC_OBJECTS], s1, sizeof(s1)),
 	       opt_text(g[METRIC_VERSIONS], s2, sizeof(s2)));
 	printf("used        %s of %s",
-	       g[METRIC_BYTES_USED].have ? human_bytes(g[METRIC_BYTES_USED].v, s1, sizeof(s1)) : "?",
-	       capacity.have ? human_bytes(capacity.v, s2, sizeof(s2)) : "?");
+	       g[METRIC_BYTES_USED].have ? ctl_human_bytes(g[METRIC_BYTES_USED].v, s1, sizeof(s1)) : "?",
+	       capacity.have ? ctl_human_bytes(capacity.v, s2, sizeof(s2)) : "?");
 	if (g[METRIC_BYTES_USED].have && capacity.have && capacity.v > 0)
 		printf(" (%.1f%%)", 100.0 * (double)g[METRIC_BYTES_USED].v / (double)capacity.v);
 	printf("\n");
 	printf("reserved    %s by %s publishes in flight\n",
-	       g[METRIC_BYTES_RESERVED].have ? human_bytes(g[METRIC_BYTES_RESERVED].v, s1, sizeof(s1)) : "?",
+	       g[METRIC_BYTES_RESERVED].have
+		       ? ctl_human_bytes(g[METRIC_BYTES_RESERVED].v, s1, sizeof(s1)) : "?",
 	       opt_text(g[METRIC_PUBLISHING], s2, sizeof(s2)));
 	printf("publishes   %s, %s checksum failures\n", opt_text(g[METRIC_PUBLISHES], s1, sizeof(s1)),
 	       opt_text(g[METRIC_CHECKSUM_FAILURES], s2, sizeof(s2)));
@@ -112,11 +115,11 @@ static int status_report(const struct ctl *ctl, struct config_view *c, struct me
 	else if (ttl.v == 0)
 		printf("ttl         never (0)\n");
 	else
-		printf("ttl         %s (%s s)\n", human_duration(ttl.v, s1, sizeof(s1)),
+		printf("ttl         %s (%s s)\n", ctl_human_duration(ttl.v, s1, sizeof(s1)),
 		       opt_text(ttl, s3, sizeof(s3)));
 	print_versions(m);
 	if (fflush(stdout) != 0 || ferror(stdout))
-		return fail("writing to stdout: %s", strerror(errno));
+		return ctl_fail("writing to stdout: %s", strerror(errno));
 	return 0;
 }
 
@@ -137,7 +140,7 @@ static const char *const status_files[2] = { ".artfs/config", ".artfs/metrics" }
  * status of the mount's check. */
 static void status_child(const struct ctl *ctl, int fd)
 {
-	int rc = mount_check(ctl);
+	int rc = ctl_mount_check(ctl);
 
 	if (rc)
 		_exit(rc);
@@ -147,7 +150,7 @@ static void status_child(const struct ctl *ctl, int fd)
 		int32_t r = info_read(ctl, status_files[i], &text, &len);
 		uint64_t n = len;
 		if (write(fd, &r, sizeof(r)) != sizeof(r) ||
-		    (r == 0 && (write(fd, &n, sizeof(n)) != sizeof(n) || write_all(fd, text, len) < 0)))
+		    (r == 0 && (write(fd, &n, sizeof(n)) != sizeof(n) || ctl_write_all(fd, text, len) < 0)))
 			_exit(1);
 		free(text);
 	}
@@ -159,7 +162,7 @@ static void status_child(const struct ctl *ctl, int fd)
 static int read_until(int fd, void *buf, size_t len, double deadline)
 {
 	for (size_t done = 0; done < len;) {
-		double left = deadline - seconds_now();
+		double left = deadline - ctl_seconds_now();
 		struct pollfd p = { .fd = fd, .events = POLLIN };
 		int n = left > 0 ? poll(&p, 1, (int)(left * 1000) + 1) : 0;
 		if (n < 0 && errno == EINTR)
@@ -211,7 +214,7 @@ static int status_fetch(const struct ctl *ctl, unsigned wait_s, struct status_te
 	int p[2], rc = 0, failed[2] = { 0, 0 };
 
 	if (pipe2(p, O_CLOEXEC) < 0)
-		return fail("status: %s", strerror(errno));
+		return ctl_fail("status: %s", strerror(errno));
 	fflush(NULL);
 	pid_t pid = fork();
 	if (pid == 0) {
@@ -221,16 +224,16 @@ static int status_fetch(const struct ctl *ctl, unsigned wait_s, struct status_te
 	close(p[1]);
 	if (pid < 0) {
 		close(p[0]);
-		return fail("status: %s", strerror(errno));
+		return ctl_fail("status: %s", strerror(errno));
 	}
-	double deadline = seconds_now() + wait_s;
+	double deadline = ctl_seconds_now() + wait_s;
 	for (int i = 0; i < 2 && rc == 0; i++)
 		rc = status_take(p[0], t, i, deadline, &failed[i]);
 	close(p[0]);
 	if (rc == -ETIMEDOUT) {
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, WNOHANG); /* a request already read by a dying daemon holds it */
-		return fail("%s does not answer within %u s: its daemon does not serve (the artfs "
+		return ctl_fail("%s does not answer within %u s: its daemon does not serve (the artfs "
 			    "log, syslog in the background, says why)", ctl->mnt, wait_s);
 	}
 	int status = 0;
@@ -238,10 +241,10 @@ static int status_fetch(const struct ctl *ctl, unsigned wait_s, struct status_te
 	if (rc == -EPIPE && WIFEXITED(status) && WEXITSTATUS(status) != 0)
 		return WEXITSTATUS(status); /* the mount's check said why */
 	if (rc < 0)
-		return fail("status: %s", strerror(-rc));
+		return ctl_fail("status: %s", strerror(-rc));
 	for (int i = 0; i < 2; i++)
 		if (failed[i] < 0)
-			return fail("reading %s/%s: %s", ctl->mnt, status_files[i], strerror(-failed[i]));
+			return ctl_fail("reading %s/%s: %s", ctl->mnt, status_files[i], strerror(-failed[i]));
 	return 0;
 }
 
@@ -262,16 +265,16 @@ int cmd_status(struct ctl *ctl, int argc, char **argv)
 		switch (opt) {
 		case 'm': ctl->mnt = optarg; break;
 		case 't':
-			if (!parse_positive(optarg, &wait_s) || wait_s > 86400)
-				return bad_usage("status: --timeout takes seconds, 1 to 86400");
+			if (!ctl_parse_positive(optarg, &wait_s) || wait_s > 86400)
+				return ctl_bad_usage("status: --timeout takes seconds, 1 to 86400");
 			break;
-		case 'h': usage(stdout); return 0;
-		case ':': return bad_usage("status: %s needs a value", bad_option(argv, o, sizeof(o)));
-		default: return bad_usage("status: unknown option %s", bad_option(argv, o, sizeof(o)));
+		case 'h': ctl_usage(stdout); return 0;
+		case ':': return ctl_bad_usage("status: %s needs a value", ctl_bad_option(argv, o, sizeof(o)));
+		default: return ctl_bad_usage("status: unknown option %s", ctl_bad_option(argv, o, sizeof(o)));
 		}
 	}
 	if (optind < argc)
-		return bad_usage("status: unexpected argument \"%s\"", argv[optind]);
+		return ctl_bad_usage("status: unexpected argument \"%s\"", argv[optind]);
 	struct status_texts t = { { NULL, NULL }, { 0, 0 } };
 	int rc = status_fetch(ctl, (unsigned)wait_s, &t);
 	if (rc) {
@@ -282,10 +285,10 @@ int cmd_status(struct ctl *ctl, int argc, char **argv)
 	struct config_view c = { 0 };
 	struct metrics_view m = { 0 };
 	config_init(&c.cfg);
-	for_each_line(t.text[0], t.len[0], info_config_line, &c);
-	for_each_line(t.text[1], t.len[1], info_metrics_line, &m);
+	ctl_for_each_line(t.text[0], t.len[0], info_config_line, &c);
+	ctl_for_each_line(t.text[1], t.len[1], info_metrics_line, &m);
 	if (m.oom)
-		rc = fail("reading %s/.artfs/metrics: %s", ctl->mnt, strerror(ENOMEM));
+		rc = ctl_fail("reading %s/.artfs/metrics: %s", ctl->mnt, strerror(ENOMEM));
 	else
 		rc = status_report(ctl, &c, &m);
 	config_free(&c.cfg);

@@ -11,7 +11,7 @@
 #include "cmd/artfsctl/artfsctl_i.h"
 
 /* A positive decimal integer, nothing else. */
-bool parse_positive(const char *s, uint64_t *out)
+bool ctl_parse_positive(const char *s, uint64_t *out)
 {
 	uint64_t v = 0;
 
@@ -28,7 +28,7 @@ bool parse_positive(const char *s, uint64_t *out)
 	return true;
 }
 
-const char *human_bytes(uint64_t v, char *buf, size_t size)
+const char *ctl_human_bytes(uint64_t v, char *buf, size_t size)
 {
 	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
 
@@ -47,7 +47,7 @@ const char *human_bytes(uint64_t v, char *buf, size_t size)
 }
 
 /* 12s, 5m03s, 2h10m, 3d04h */
-const char *human_duration(uint64_t s, char *buf, size_t size)
+const char *ctl_human_duration(uint64_t s, char *buf, size_t size)
 {
 	if (s < 60)
 		snprintf(buf, size, "%" PRIu64 "s", s);

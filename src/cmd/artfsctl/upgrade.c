@@ -29,7 +29,7 @@ static int daemon_of(const struct ctl *ctl, uint64_t *pid, uint64_t *generation)
 
 	if (rc < 0)
 		return rc;
-	for_each_line(text, len, info_metrics_line, &m);
+	ctl_for_each_line(text, len, info_metrics_line, &m);
 	free(m.samples);
 	free(text);
 	if (!m.global[METRIC_DAEMON_PID].have || !m.global[METRIC_DAEMON_GENERATION].have)
@@ -51,10 +51,10 @@ static char *upgrade_outcome_path(const struct ctl *ctl)
 	if (info_read(ctl, ".artfs/config", &text, &len) < 0)
 		return NULL;
 	config_init(&c.cfg);
-	for_each_line(text, len, info_config_line, &c);
+	ctl_for_each_line(text, len, info_config_line, &c);
 	config_option_find("store", &store_bit);
 	if ((c.cfg.given & store_bit) && c.cfg.store && c.cfg.store[0] == '/')
-		path = path_in(c.cfg.store, "upgrade-outcome");
+		path = ctl_path_in(c.cfg.store, "upgrade-outcome");
 	config_free(&c.cfg);
 	free(text);
 	return path;
@@ -109,7 +109,7 @@ static int outcome_look(const struct ctl *ctl, struct upgrade_wait *w)
 	if (seq != w->seq)
 		return 0; /* another's, written over this one's: this one's comes again */
 	if (strcmp(state, "failed") == 0) {
-		fail("upgrade: failed: %s", line + at);
+		ctl_fail("upgrade: failed: %s", line + at);
 		return -1;
 	}
 	/* Served: the daemon named answers (if it died right after it took
@@ -117,7 +117,7 @@ static int outcome_look(const struct ctl *ctl, struct upgrade_wait *w)
 	if (strcmp(state, "served") == 0 && daemon_of(ctl, &now_pid, &now_gen) == 0 &&
 	    now_pid == (uint64_t)pid) {
 		printf("%s: upgraded: daemon %ld serves it, after daemon %" PRIu64 " (%.3f s)\n",
-		       ctl->mnt, pid, w->old_pid, seconds_now() - w->start);
+		       ctl->mnt, pid, w->old_pid, ctl_seconds_now() - w->start);
 		return 1;
 	}
 	return 0;
@@ -132,15 +132,15 @@ static int upgrade_wait(const struct ctl *ctl, struct upgrade_wait *w)
 		if (r)
 			return r > 0 ? 0 : 1;
 		/* No record of the holder's: a new daemon answering is the sign. */
-		if (!w->seen && seconds_now() - w->start > 1.0 &&
+		if (!w->seen && ctl_seconds_now() - w->start > 1.0 &&
 		    daemon_of(ctl, &now_pid, &now_gen) == 0 && now_pid != w->old_pid &&
 		    now_gen > w->old_gen) {
 			printf("%s: upgraded: daemon %" PRIu64 " serves it, after daemon %" PRIu64
-			       " (%.3f s)\n", ctl->mnt, now_pid, w->old_pid, seconds_now() - w->start);
+			       " (%.3f s)\n", ctl->mnt, now_pid, w->old_pid, ctl_seconds_now() - w->start);
 			return 0;
 		}
-		if (seconds_now() - w->start > UPGRADE_WAIT_S)
-			return fail("upgrade: no new daemon serves %s after %d s (the daemon log "
+		if (ctl_seconds_now() - w->start > UPGRADE_WAIT_S)
+			return ctl_fail("upgrade: no new daemon serves %s after %d s (the daemon log "
 				    "says why)", ctl->mnt, UPGRADE_WAIT_S);
 		usleep(10000);
 	}
@@ -157,27 +157,27 @@ int cmd_upgrade(struct ctl *ctl, int argc, char **argv)
 	uint64_t pid, gen;
 
 	if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-		usage(stdout);
+		ctl_usage(stdout);
 		return 0;
 	}
 	if (argc != 1)
-		return bad_usage("upgrade: takes no argument");
-	int rc = mount_check(ctl);
+		return ctl_bad_usage("upgrade: takes no argument");
+	int rc = ctl_mount_check(ctl);
 	if (rc)
 		return rc;
 	if ((rc = daemon_of(ctl, &pid, &gen)) < 0)
-		return fail("upgrade: %s does not say which daemon serves it (%s): an artfs "
+		return ctl_fail("upgrade: %s does not say which daemon serves it (%s): an artfs "
 			    "from before in-place upgrades", ctl->mnt, strerror(-rc));
 	struct upgrade_wait w = { .old_pid = pid, .old_gen = gen };
 	w.outcome_path = upgrade_outcome_path(ctl);
 	if (w.outcome_path)
 		outcome_read(w.outcome_path, w.before, sizeof(w.before));
-	w.start = seconds_now();
-	rc = control_write(ctl, "upgrade", "upgrade\n");
+	w.start = ctl_seconds_now();
+	rc = ctl_control_write(ctl, "upgrade", "upgrade\n");
 	if (rc == -EOPNOTSUPP)
-		rc = fail("upgrade: the daemon of %s was not started by a holder", ctl->mnt);
+		rc = ctl_fail("upgrade: the daemon of %s was not started by a holder", ctl->mnt);
 	else if (rc < 0)
-		rc = fail("upgrade: %s", strerror(-rc));
+		rc = ctl_fail("upgrade: %s", strerror(-rc));
 	else
 		rc = upgrade_wait(ctl, &w);
 	free(w.outcome_path);
