@@ -8,11 +8,11 @@
 #include <unistd.h>
 
 #include "ns/info.h"
+#include "ns/node_ops.h"
 #include "ns/ns_i.h"
 #include "ns/tree.h"
 #include "r3/object.h"
 #include "state/ids.h"
-#include "weights/weights.h"
 
 #define DIR_ATTR_TIMEOUT 1.0  /* version mtimes move with activity */
 /* The writer's own view of a file being published: the kernel tracks its
@@ -70,8 +70,10 @@ static void version_stat(struct tree *t, struct version *v, struct stat *st)
 	st->st_ctim.tv_sec = v->created;
 }
 
+/* ---- each kind's attributes (the table: node_ops.c) ---------------------- */
+
 /* A key's file is the envelope as published: its size is the store file's. */
-static int key_getattr(struct tree *t, struct node *n, struct stat *st, double *timeout)
+int attr_key(struct tree *t, struct node *n, struct stat *st, double *timeout)
 {
 	struct object *o = object_of_key(n);
 	uint64_t size = atomic_load(&o->file_size);
@@ -90,77 +92,106 @@ static int key_getattr(struct tree *t, struct node *n, struct stat *st, double *
 	return 0;
 }
 
+int attr_root(struct tree *t, struct node *n, struct stat *st, double *timeout)
+{
+	stat_common(t, n, st, S_IFDIR | 0777);
+	*timeout = DIR_ATTR_TIMEOUT;
+	return 0;
+}
+
+int attr_info_dir(struct tree *t, struct node *n, struct stat *st, double *timeout)
+{
+	(void)timeout;
+	stat_common(t, n, st, S_IFDIR | 0555);
+	return 0;
+}
+
+int attr_info_file(struct tree *t, struct node *n, struct stat *st, double *timeout)
+{
+	stat_common(t, n, st, S_IFREG | (n->sub == INFO_CONTROL ? 0200 : 0444));
+	if (n->sub == INFO_CONTROL) { /* the mount's owner's, whatever uid=/gid= show */
+		st->st_uid = getuid();
+		st->st_gid = getgid();
+	}
+	*timeout = 0;
+	return 0;
+}
+
+int attr_socket(struct tree *t, struct node *n, struct stat *st, double *timeout)
+{
+	/* Any user may connect: what it gives needs a token. */
+	stat_common(t, n, st, S_IFSOCK | 0666);
+	st->st_mode = S_IFSOCK | 0666; /* whatever umask= says */
+	*timeout = DIR_ATTR_TIMEOUT;
+	return 0;
+}
+
+int attr_version(struct tree *t, struct node *n, struct stat *st, double *timeout)
+{
+	struct version *v = (struct version *)n;
+
+	if (v->removed)
+		return -ENOENT;
+	version_stat(t, v, st);
+	*timeout = DIR_ATTR_TIMEOUT;
+	return 0;
+}
+
+int attr_materialize(struct tree *t, struct node *n, struct stat *st, double *timeout)
+{
+	(void)timeout;
+	if (version_of_materialize(n)->removed)
+		return -ENOENT;
+	transaction_stat(t, n, st);
+	return 0;
+}
+
+int attr_put(struct tree *t, struct node *n, struct stat *st, double *timeout)
+{
+	(void)timeout;
+	if (n != &t->keys_put && version_of_put(n)->removed)
+		return -ENOENT;
+	put_stat(t, n, st);
+	return 0;
+}
+
+int attr_get(struct tree *t, struct node *n, struct stat *st, double *timeout)
+{
+	(void)timeout;
+	transaction_stat(t, n, st);
+	return 0;
+}
+
+int attr_keys_dir(struct tree *t, struct node *n, struct stat *st, double *timeout)
+{
+	stat_common(t, n, st, S_IFDIR | 0777);
+	*timeout = DIR_ATTR_TIMEOUT;
+	return 0;
+}
+
+int attr_object(struct tree *t, struct node *n, struct stat *st, double *timeout)
+{
+	struct object *o = (struct object *)n;
+
+	if (o->state == OBJECT_COMMITTED) {
+		int rc = object_know_size(t, o);
+		if (rc < 0)
+			return rc;
+	}
+	tree_object_stat(t, o, st);
+	if (o->state == OBJECT_PUBLISHING)
+		*timeout = UPLOAD_ATTR_TIMEOUT;
+	return 0;
+}
+
+/* ---- the tree's calls ------------------------------------------------------- */
+
 int tree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeout)
 {
+	const struct node_ops *ops = node_ops_of(n->type);
+
 	*timeout = CACHE_FOREVER;
-	switch (n->type) {
-	case NODE_ROOT:
-		stat_common(t, n, st, S_IFDIR | 0777);
-		*timeout = DIR_ATTR_TIMEOUT;
-		return 0;
-	case NODE_INFO_DIR:
-		stat_common(t, n, st, S_IFDIR | 0555);
-		return 0;
-	case NODE_INFO_FILE:
-		stat_common(t, n, st, S_IFREG | (n->sub == INFO_CONTROL ? 0200 : 0444));
-		if (n->sub == INFO_CONTROL) { /* the mount's owner's, whatever uid=/gid= show */
-			st->st_uid = getuid();
-			st->st_gid = getgid();
-		}
-		*timeout = 0;
-		return 0;
-	case NODE_SOCKET:
-		/* Any user may connect: what it gives needs a token. */
-		stat_common(t, n, st, S_IFSOCK | 0666);
-		st->st_mode = S_IFSOCK | 0666; /* whatever umask= says */
-		*timeout = DIR_ATTR_TIMEOUT;
-		return 0;
-	case NODE_WEIGHTS_DIR:
-	case NODE_WEIGHTS_FILE:
-	case NODE_WEIGHTS_RANK:
-		return weights_getattr(t, n, st, timeout);
-	case NODE_VERSION: {
-		struct version *v = (struct version *)n;
-		if (v->removed)
-			return -ENOENT;
-		version_stat(t, v, st);
-		*timeout = DIR_ATTR_TIMEOUT;
-		return 0;
-	}
-	case NODE_MATERIALIZE:
-		if (version_of_materialize(n)->removed)
-			return -ENOENT;
-		transaction_stat(t, n, st);
-		return 0;
-	case NODE_PUT:
-		if (n != &t->keys_put && version_of_put(n)->removed)
-			return -ENOENT;
-		put_stat(t, n, st);
-		return 0;
-	case NODE_GET:
-		transaction_stat(t, n, st);
-		return 0;
-	case NODE_KEYS_DIR:
-		stat_common(t, n, st, S_IFDIR | 0777);
-		*timeout = DIR_ATTR_TIMEOUT;
-		return 0;
-	case NODE_KEY:
-		return key_getattr(t, n, st, timeout);
-	case NODE_OBJECT: {
-		struct object *o = (struct object *)n;
-		if (o->state == OBJECT_COMMITTED) {
-			int rc = object_know_size(t, o);
-			if (rc < 0)
-				return rc;
-		}
-		tree_object_stat(t, o, st);
-		if (o->state == OBJECT_PUBLISHING)
-			*timeout = UPLOAD_ATTR_TIMEOUT;
-		return 0;
-	}
-	default:
-		return -ENOENT;
-	}
+	return ops->getattr ? ops->getattr(t, n, st, timeout) : -ENOENT;
 }
 
 int tree_setattr(struct tree *t, struct node *n, unsigned to_set, const struct stat *in,

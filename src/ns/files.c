@@ -11,6 +11,7 @@
 #include "lib/log.h"
 #include "ns/control.h"
 #include "ns/info.h"
+#include "ns/node_ops.h"
 #include "ns/ns_i.h"
 #include "ns/tree.h"
 #include "r3/get.h"
@@ -20,7 +21,6 @@
 #include "r3/publish.h"
 #include "r3/put.h"
 #include "state/ids.h"
-#include "weights/weights.h"
 
 /* h (opened on n with flags) is whole: registered (shutdown releases it)
  * and numbered for the kernel. 0, or -ENFILE (no number: h released). */
@@ -123,74 +123,95 @@ int tree_create(struct tree *t, struct node *parent, const char *name, int flags
 	return begin_publish(t, o, &o->node, e, h, r);
 }
 
+/* ---- opening each kind of file (the table: node_ops.c) ------------------- */
+
+int files_open_info(struct tree *t, struct node *n, int flags, struct handle **h,
+		    struct open_reply *r)
+{
+	if (n->sub == INFO_CONTROL)
+		return (flags & O_ACCMODE) == O_WRONLY ? control_open(t, h, r) : -EACCES;
+	if ((flags & O_ACCMODE) != O_RDONLY)
+		return -EACCES;
+	return info_open(t, (enum info_file)n->sub, h, r);
+}
+
+int files_open_object(struct tree *t, struct node *n, int flags, struct handle **h,
+		      struct open_reply *r)
+{
+	struct object *o = (struct object *)n;
+
+	if (o->state == OBJECT_REMOVED)
+		return -ESTALE; /* unlinked since the lookup: the kernel looks again */
+	if (o->state != OBJECT_COMMITTED)
+		return -ENOENT;
+	if ((flags & O_ACCMODE) != O_RDONLY) {
+		/* A committed object's inode is never written: the kernel would
+		 * grow the size its readers see while the writes go on (they
+		 * read zeros past the .npy). Its mode is 0444; root is refused
+		 * too. An idempotent re-publish goes through .put. */
+		char name[ARTFS_HASH_HEX_MAX + 1];
+		object_name(o, name);
+		log_debug("open %s/%s for writing: refused, published objects are read-only",
+			  o->ver->name, name);
+		return -EACCES;
+	}
+	return object_open(t, o, h, r);
+}
+
+int files_open_materialize(struct tree *t, struct node *n, int flags, struct handle **h,
+			   struct open_reply *r)
+{
+	struct version *v = version_of_materialize(n);
+
+	(void)flags;
+	if (v->removed)
+		return -ENOENT;
+	return materialize_open(t, v, h, r);
+}
+
+int files_open_key(struct tree *t, struct node *n, int flags, struct handle **h,
+		   struct open_reply *r)
+{
+	struct object *o = object_of_key(n);
+
+	if (o->state == OBJECT_REMOVED)
+		return -ESTALE; /* removed, or moved to its name, since the lookup */
+	if (o->state != OBJECT_COMMITTED)
+		return -ENOENT;
+	if ((flags & O_ACCMODE) != O_RDONLY)
+		return -EACCES; /* as for objects: publish again through .keys/.put */
+	return keys_open(t, o, h, r);
+}
+
+int files_open_put(struct tree *t, struct node *n, int flags, struct handle **h,
+		   struct open_reply *r)
+{
+	struct version *v = n == &t->keys_put ? NULL : version_of_put(n);
+
+	(void)flags;
+	if (v && v->removed)
+		return -ENOENT;
+	return put_open(t, v, h, r);
+}
+
+int files_open_get(struct tree *t, struct node *n, int flags, struct handle **h,
+		   struct open_reply *r)
+{
+	(void)n;
+	(void)flags;
+	return get_open(t, h, r);
+}
+
+/* ---- the tree's calls ------------------------------------------------------- */
+
 int files_open_node(struct tree *t, struct node *n, int flags, struct handle **h,
 		    struct open_reply *r)
 {
-	bool writing = (flags & O_ACCMODE) != O_RDONLY;
+	const struct node_ops *ops = node_ops_of(n->type);
 
-	switch (n->type) {
-	case NODE_INFO_FILE:
-		if (n->sub == INFO_CONTROL)
-			return (flags & O_ACCMODE) == O_WRONLY ? control_open(t, h, r) : -EACCES;
-		if (writing)
-			return -EACCES;
-		return info_open(t, (enum info_file)n->sub, h, r);
-	case NODE_WEIGHTS_FILE:
-	case NODE_WEIGHTS_RANK:
-		return weights_open(t, n, flags, h, r);
-	case NODE_OBJECT: {
-		struct object *o = (struct object *)n;
-		if (o->state == OBJECT_REMOVED)
-			return -ESTALE; /* unlinked since the lookup: the kernel looks again */
-		if (o->state != OBJECT_COMMITTED)
-			return -ENOENT;
-		if (writing) {
-			/* A committed object's inode is never written: the kernel would
-			 * grow the size its readers see while the writes go on (they
-			 * read zeros past the .npy). Its mode is 0444; root is refused
-			 * too. An idempotent re-publish goes through .put. */
-			char name[ARTFS_HASH_HEX_MAX + 1];
-			object_name(o, name);
-			log_debug("open %s/%s for writing: refused, published objects are read-only",
-				  o->ver->name, name);
-			return -EACCES;
-		}
-		return object_open(t, o, h, r);
-	}
-	case NODE_MATERIALIZE: {
-		struct version *v = version_of_materialize(n);
-		if (v->removed)
-			return -ENOENT;
-		return materialize_open(t, v, h, r);
-	}
-	case NODE_KEY: {
-		struct object *o = object_of_key(n);
-		if (o->state == OBJECT_REMOVED)
-			return -ESTALE; /* removed, or moved to its name, since the lookup */
-		if (o->state != OBJECT_COMMITTED)
-			return -ENOENT;
-		if (writing)
-			return -EACCES; /* as for objects: publish again through .keys/.put */
-		return keys_open(t, o, h, r);
-	}
-	case NODE_PUT: {
-		struct version *v = n == &t->keys_put ? NULL : version_of_put(n);
-		if (v && v->removed)
-			return -ENOENT;
-		return put_open(t, v, h, r);
-	}
-	case NODE_GET:
-		return get_open(t, h, r);
-	case NODE_KEYS_DIR:
-		return -EISDIR;
-	case NODE_ROOT:
-	case NODE_INFO_DIR:
-	case NODE_VERSION:
-	case NODE_WEIGHTS_DIR:
-		return -EISDIR;
-	default:
-		return -ENOENT;
-	}
+	if (ops->open)
+		return ops->open(t, n, flags, h, r);
+	return ops->lookup ? -EISDIR : -ENOENT; /* a directory; else no file */
 }
 
 int tree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,

@@ -8,6 +8,7 @@
 #include "format/key.h"
 #include "ns/info.h"
 #include "ns/listing.h"
+#include "ns/node_ops.h"
 #include "state/ids.h"
 #include "weights/weights.h"
 
@@ -97,6 +98,60 @@ static int by_name(const void *a, const void *b, void *names)
 		      (const char *)names + ((const struct slot *)b)->name_off);
 }
 
+/* ---- the names in each kind of directory (the table: node_ops.c) -------- */
+
+void listing_root(struct tree *t, struct node *dir, struct listing *l)
+{
+	(void)dir;
+	add(l, ARTFS_INFO_DIR, node_id(t, &t->info_dir), DT_DIR);
+	add(l, ARTFS_KEYS_DIR, node_id(t, &t->keys_dir), DT_DIR);
+	pthread_mutex_lock(&t->lock);
+	index_each_version(&t->idx, add_version, l);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void listing_info_dir(struct tree *t, struct node *dir, struct listing *l)
+{
+	(void)dir;
+	for (int i = 0; i < INFO_COUNT; i++)
+		add(l, info_file_name((enum info_file)i), node_id(t, &t->info_files[i]), DT_REG);
+	if (atomic_load(&t->attach_bound))
+		add(l, ARTFS_ATTACH_SOCKET, node_id(t, &t->attach_node), DT_SOCK);
+}
+
+void listing_version(struct tree *t, struct node *dir, struct listing *l)
+{
+	struct version *v = (struct version *)dir;
+
+	version_listed_wait(t, v);
+	pthread_mutex_lock(&t->lock);
+	if (!v->removed)
+		index_each_object(v, add_object, l);
+	if (v->weights) {
+		struct node *wd = weights_dir_node(v->weights);
+		add(l, "weights", node_id(t, wd), DT_DIR);
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+void listing_weights_dir(struct tree *t, struct node *dir, struct listing *l)
+{
+	weights_list(t, dir, add_named, l);
+}
+
+/* Every key (.put and .get are not listed, like .materialize). */
+void listing_keys_dir(struct tree *t, struct node *dir, struct listing *l)
+{
+	(void)dir;
+	if (t->sizing)
+		sizing_wait(t);
+	pthread_mutex_lock(&t->lock);
+	index_each_key(&t->idx, add_key, l);
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* ---- the listing handle ----------------------------------------------------- */
+
 /* The entries after "." and ".." in the order of their names: the same
  * listing in the same order in any daemon, so that a daemon that takes
  * over goes on from the offset the kernel reached (hash tables are seeded
@@ -120,48 +175,11 @@ int listing_open(struct tree *t, struct node *dir, struct handle **h)
 	l->t = t;
 	add(l, ".", node_id(t, dir), DT_DIR);
 	add(l, "..", 1, DT_DIR);
-	switch (dir->type) {
-	case NODE_ROOT:
-		add(l, ARTFS_INFO_DIR, node_id(t, &t->info_dir), DT_DIR);
-		add(l, ARTFS_KEYS_DIR, node_id(t, &t->keys_dir), DT_DIR);
-		pthread_mutex_lock(&t->lock);
-		index_each_version(&t->idx, add_version, l);
-		pthread_mutex_unlock(&t->lock);
-		break;
-	case NODE_INFO_DIR:
-		for (int i = 0; i < INFO_COUNT; i++)
-			add(l, info_file_name((enum info_file)i), node_id(t, &t->info_files[i]), DT_REG);
-		if (atomic_load(&t->attach_bound))
-			add(l, ARTFS_ATTACH_SOCKET, node_id(t, &t->attach_node), DT_SOCK);
-		break;
-	case NODE_VERSION: {
-		struct version *v = (struct version *)dir;
-		version_listed_wait(t, v);
-		pthread_mutex_lock(&t->lock);
-		if (!v->removed)
-			index_each_object(v, add_object, l);
-		if (v->weights) {
-			struct node *wd = weights_dir_node(v->weights);
-			add(l, "weights", node_id(t, wd), DT_DIR);
-		}
-		pthread_mutex_unlock(&t->lock);
-		break;
-	}
-	case NODE_WEIGHTS_DIR:
-		weights_list(t, dir, add_named, l);
-		break;
-	case NODE_KEYS_DIR:
-		/* Every key (.put and .get are not listed, like .materialize). */
-		if (t->sizing)
-			sizing_wait(t);
-		pthread_mutex_lock(&t->lock);
-		index_each_key(&t->idx, add_key, l);
-		pthread_mutex_unlock(&t->lock);
-		break;
-	default:
+	const struct node_ops *ops = node_ops_of(dir->type);
+	if (ops->list)
+		ops->list(t, dir, l);
+	else
 		l->error = -ENOTDIR;
-		break;
-	}
 	if (l->error) {
 		int rc = l->error;
 		listing_release(t, &l->h);

@@ -8,6 +8,7 @@
 
 #include "format/key.h"
 #include "ns/info.h"
+#include "ns/node_ops.h"
 #include "ns/ns_i.h"
 #include "ns/revive.h"
 #include "ns/tree.h"
@@ -63,8 +64,11 @@ static struct object *find_key(struct tree *t, const uint8_t key[32])
 	return o;
 }
 
-static int lookup_in_root(struct tree *t, const char *name, struct tree_entry *e)
+/* ---- each kind of directory (the table: node_ops.c) --------------------- */
+
+int lookup_in_root(struct tree *t, struct node *dir, const char *name, struct tree_entry *e)
 {
+	(void)dir;
 	if (strcmp(name, ARTFS_INFO_DIR) == 0) {
 		node_ref(&t->info_dir);
 		return lookup_positive(t, &t->info_dir, e);
@@ -86,8 +90,9 @@ static int lookup_in_root(struct tree *t, const char *name, struct tree_entry *e
 	return v ? lookup_positive(t, &v->node, e) : negative(e, 0);
 }
 
-static int lookup_in_info_dir(struct tree *t, const char *name, struct tree_entry *e)
+int lookup_in_info_dir(struct tree *t, struct node *dir, const char *name, struct tree_entry *e)
 {
+	(void)dir;
 	for (int i = 0; i < INFO_COUNT; i++)
 		if (strcmp(name, info_file_name((enum info_file)i)) == 0) {
 			node_ref(&t->info_files[i]);
@@ -141,9 +146,10 @@ static int lookup_object(struct tree *t, struct version *v, const char *name,
 	return o ? lookup_positive(t, &o->node, e) : negative(e, 0);
 }
 
-static int lookup_in_version(struct tree *t, struct version *v, const char *name,
-			     struct tree_entry *e)
+int lookup_in_version(struct tree *t, struct node *dir, const char *name, struct tree_entry *e)
 {
+	struct version *v = (struct version *)dir;
+
 	if (v->removed)
 		return negative(e, 0);
 	if (strcmp(name, ARTFS_MATERIALIZE_NAME) == 0) {
@@ -184,8 +190,9 @@ static int lookup_key(struct tree *t, const char *name, struct tree_entry *e)
 	return o ? lookup_positive(t, &o->keynode, e) : negative(e, 0);
 }
 
-static int lookup_in_keys_dir(struct tree *t, const char *name, struct tree_entry *e)
+int lookup_in_keys_dir(struct tree *t, struct node *dir, const char *name, struct tree_entry *e)
 {
+	(void)dir;
 	if (strcmp(name, ARTFS_PUT_NAME) == 0) {
 		node_ref(&t->keys_put);
 		return lookup_positive(t, &t->keys_put, e);
@@ -197,11 +204,11 @@ static int lookup_in_keys_dir(struct tree *t, const char *name, struct tree_entr
 	return lookup_key(t, name, e);
 }
 
-static int lookup_in_weights_dir(struct tree *t, struct node *parent, const char *name,
-				 struct tree_entry *e)
+int lookup_in_weights_dir(struct tree *t, struct node *dir, const char *name,
+			  struct tree_entry *e)
 {
 	struct node *n;
-	int rc = weights_lookup(t, parent, name, &n);
+	int rc = weights_lookup(t, dir, name, &n);
 	if (rc < 0)
 		return negative(e, 0);
 	rc = lookup_positive(t, n, e);
@@ -209,23 +216,14 @@ static int lookup_in_weights_dir(struct tree *t, struct node *parent, const char
 	return rc;
 }
 
+/* ---- the tree's calls ------------------------------------------------------- */
+
 int tree_lookup(struct tree *t, struct node *parent, const char *name, struct tree_entry *e)
 {
+	const struct node_ops *ops = node_ops_of(parent->type);
+
 	memset(e, 0, sizeof(*e));
-	switch (parent->type) {
-	case NODE_ROOT:
-		return lookup_in_root(t, name, e);
-	case NODE_INFO_DIR:
-		return lookup_in_info_dir(t, name, e);
-	case NODE_VERSION:
-		return lookup_in_version(t, (struct version *)parent, name, e);
-	case NODE_KEYS_DIR:
-		return lookup_in_keys_dir(t, name, e);
-	case NODE_WEIGHTS_DIR:
-		return lookup_in_weights_dir(t, parent, name, e);
-	default:
-		return -ENOTDIR;
-	}
+	return ops->lookup ? ops->lookup(t, parent, name, e) : -ENOTDIR;
 }
 
 void tree_forget(struct tree *t, uint64_t id, uint64_t nlookup)
@@ -237,17 +235,5 @@ struct node *tree_node(struct tree *t, uint64_t id)
 {
 	struct node *n = ids_node(t, id);
 
-	if (n)
-		return n;
-	const struct held_node *r = ids_node_record(t, id);
-	uint8_t type = r ? atomic_load(&r->type) : 0;
-	if (type != NODE_WEIGHTS_DIR && type != NODE_WEIGHTS_FILE && type != NODE_WEIGHTS_RANK)
-		return revive_node(t, id);
-	/* weights a daemon before served, which the holder keeps */
-	struct node *w = weights_revive_node(t, r);
-	if (!w)
-		return ids_node_install(t, id, &t->stale);
-	struct node *mapped = ids_node_install(t, id, w);
-	node_unref(w, 1);
-	return mapped;
+	return n ? n : revive_node(t, id);
 }

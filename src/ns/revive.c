@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "lib/log.h"
+#include "ns/node_ops.h"
 #include "ns/revive.h"
 #include "r3/object.h"
 #include "state/ids.h"
@@ -21,59 +22,65 @@ static struct version *record_version(struct tree *t, const struct held_node *r)
 	return version_find(t, name);
 }
 
-/* The node a record names (referenced once), or NULL. */
-static struct node *find(struct tree *t, const struct held_node *r)
+/* A version's part n (.materialize, .put), referenced in place of v. */
+static struct node *part_of(struct version *v, struct node *n)
 {
-	uint8_t type = atomic_load(&r->type);
+	node_ref(n); /* the part's reference; the version's goes */
+	node_unref(&v->node, 1);
+	return n;
+}
 
-	if (type < NODE_VERSION || type > NODE_MATERIALIZE || type == NODE_KEYS_DIR ||
-	    type == NODE_GET)
-		return NULL; /* weights (and the fixed nodes) are not found again */
+/* ---- each kind of node found again (the table: node_ops.c) ------------- */
+
+struct node *revive_version(struct tree *t, const struct held_node *r)
+{
+	struct version *v = record_version(t, r);
+
+	return v ? &v->node : NULL;
+}
+
+struct node *revive_materialize(struct tree *t, const struct held_node *r)
+{
+	struct version *v = record_version(t, r);
+
+	return v ? part_of(v, &v->materialize) : NULL;
+}
+
+struct node *revive_put(struct tree *t, const struct held_node *r)
+{
+	struct version *v = record_version(t, r);
+
+	return v ? part_of(v, &v->put) : NULL;
+}
+
+/* An object by its name (NODE_OBJECT) or by its key (NODE_KEY). */
+struct node *revive_object(struct tree *t, const struct held_node *r)
+{
+	if (r->hash_len == 0 || r->hash_len > sizeof(r->hash))
+		return NULL;
 	struct version *v = record_version(t, r);
 	if (!v)
 		return NULL;
+	/* The committed object; else (a writer's own inode, whose publish
+	 * died or starts again) a fresh node of that name. A create's node
+	 * is the one its commit indexes, so a node described while
+	 * publishing may be committed by now. */
+	struct object *o = version_object_find(t, v, r->hash, r->hash_len);
+	if (!o && r->sub)
+		o = object_new(v, r->hash, r->hash_len);
 	struct node *n = NULL;
-	switch (type) {
-	case NODE_VERSION:
-		return &v->node;
-	case NODE_MATERIALIZE:
-		n = &v->materialize;
-		break;
-	case NODE_PUT:
-		n = &v->put;
-		break;
-	case NODE_OBJECT:
-	case NODE_KEY: {
-		if (r->hash_len == 0 || r->hash_len > sizeof(r->hash))
-			break;
-		/* The committed object; else (a writer's own inode, whose publish
-		 * died or starts again) a fresh node of that name. A create's
-		 * node is the one its commit indexes, so a node described while
-		 * publishing may be committed by now. */
-		struct object *o = version_object_find(t, v, r->hash, r->hash_len);
-		if (!o && r->sub)
-			o = object_new(v, r->hash, r->hash_len);
-		if (o && type == NODE_KEY) {
-			node_ref(&o->keynode);
-			node_unref(&o->node, 1);
-			n = &o->keynode;
-		} else if (o)
-			n = &o->node;
-		break;
+	if (o && atomic_load(&r->type) == NODE_KEY) {
+		node_ref(&o->keynode);
+		node_unref(&o->node, 1);
+		n = &o->keynode;
+	} else if (o) {
+		n = &o->node;
 	}
-	default:
-		break;
-	}
-	if (n && n != &v->node) {
-		node_ref(n); /* the part's reference; the version's goes */
-		node_unref(&v->node, 1);
-		if (type == NODE_OBJECT || type == NODE_KEY)
-			node_unref(n, 1); /* found referenced already */
-		return n;
-	}
-	node_unref(&v->node, 1);
-	return NULL;
+	node_unref(&v->node, 1); /* n keeps the reference it was found with */
+	return n;
 }
+
+/* ---- the node of an id ------------------------------------------------------ */
 
 struct node *revive_node(struct tree *t, uint64_t id)
 {
@@ -81,7 +88,9 @@ struct node *revive_node(struct tree *t, uint64_t id)
 
 	if (!r)
 		return &t->stale;
-	struct node *n = find(t, r);
+	/* Kinds without revive (the fixed nodes) are not found again. */
+	const struct node_ops *ops = node_ops_of(atomic_load(&r->type));
+	struct node *n = ops->revive ? ops->revive(t, r) : NULL;
 	if (!n)
 		return ids_node_install(t, id, &t->stale);
 	struct node *mapped = ids_node_install(t, id, n);

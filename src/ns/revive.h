@@ -13,8 +13,9 @@
 
 #include "state/base.h"
 
-/* The node that id (given by a daemon before) names, mapped with the
- * kernel's lookups; the tree's stale node when it names nothing any more. */
+/* The node that id (given by a daemon before) names, found by its kind's
+ * revive (node_ops.h), mapped with the kernel's lookups; the tree's stale
+ * node when it names nothing any more. */
 struct node *revive_node(struct tree *t, uint64_t id);
 
 /* A handle for fh whose reads, writes, flushes and ioctls fail with EIO:
