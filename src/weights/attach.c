@@ -91,7 +91,7 @@ static int weights_attach(struct tree *t, struct handle *h, const struct artfs_a
 			 w->nranks);
 		return -ESTALE;
 	}
-	if (!quant_allowed(t, &w->ckpt)) {
+	if (!weights_quant_allowed(t, &w->ckpt)) {
 		log_warn("attach %s/rank%d: quantization \"%s\" is not served zero-copy "
 			 "(allow_quant= does not name it)", wv, rh->rank, w->ckpt.quant_method);
 		return -EOPNOTSUPP;
@@ -109,7 +109,7 @@ static int weights_attach(struct tree *t, struct handle *h, const struct artfs_a
 	memset(out->slab_size, 0, sizeof(out->slab_size));
 	out->slab_size[0] = w->granks[rh->rank].slab_size;
 	memset(out->reserved, 0, sizeof(out->reserved));
-	int rc = grants_issue(&t->grants, rh, now_ns(), out->token);
+	int rc = grants_issue(&t->grants, rh, weights_now_ns(), out->token);
 	if (rc < 0)
 		log_err("attach %s/rank%d: no token: %s", wv, rh->rank,
 			rc == -EBUSY ? "too many attaches at once" : "no random bytes");
@@ -149,7 +149,7 @@ int weights_slabs_of_token(void *ctx, const uint8_t token[ARTFS_ATTACH_TOKEN_SIZ
 	struct slabs_ask ask = { .out = out };
 
 	out->count = 0;
-	return grants_take(&t->grants, token, now_ns(), slabs_of_grant, &ask);
+	return grants_take(&t->grants, token, weights_now_ns(), slabs_of_grant, &ask);
 }
 
 static int rank_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
@@ -171,7 +171,7 @@ static void rank_release(struct tree *t, struct handle *h)
 	pthread_mutex_lock(&w->mu);
 	w->attached--;
 	w->ranks[rh->rank].attached--;
-	release_gpu_locked(w);
+	weights_release_gpu_locked(w);
 	pthread_mutex_unlock(&w->mu);
 	node_unref(&w->node, 1);
 	free(rh);

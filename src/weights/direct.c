@@ -45,13 +45,13 @@ int weights_mkdir(struct tree *t, struct version *v, struct node **out)
 	}
 	for (int r = 0; r < RANKS_MAX; r++)
 		w->granks[r].fd = -1; /* no slab yet: 0 would be a descriptor */
-	init_nodes(w, RANKS_MAX);
+	weights_init_nodes(w, RANKS_MAX);
 	w->state = EMPTY;
 	w->gpu_direct = true;
 	w->thread_done = true; /* no load thread */
 	w->gpu_freed = true;   /* nothing allocated yet */
 	w->load.ranks = w->granks;
-	w->started_ns = now_ns();
+	w->started_ns = weights_now_ns();
 
 	pthread_mutex_lock(&t->lock);
 	int rc = v->removed ? -ENOENT : v->weights ? -EEXIST : 0;
@@ -67,7 +67,7 @@ int weights_mkdir(struct tree *t, struct version *v, struct node **out)
 		empty_discard(w);
 		return rc;
 	}
-	all_add(t, w, false);
+	weights_all_add(t, w, false);
 	log_info("weights %s: empty, waiting for a GPU-direct publish", v->name);
 	return 0;
 }
@@ -179,7 +179,7 @@ static int direct_plan(const struct wblob *b, struct gpu_piece *pieces, struct g
 			continue;
 		}
 		tab[k] = i;
-		at = align_up(at, ARTFS_TENSOR_ALIGN);
+		at = weights_align_up(at, ARTFS_TENSOR_ALIGN);
 		pieces[i] = (struct gpu_piece){ .size = x->t.size, .slab_offset = at };
 		c[(*ncopies)++] = (struct gpu_copy){ .handle = x->handle, .src_offset = x->src_offset,
 						     .size = x->t.size, .slab_offset = at };
@@ -188,7 +188,7 @@ static int direct_plan(const struct wblob *b, struct gpu_piece *pieces, struct g
 	}
 	free(tab);
 	*copies = c;
-	*slab_size = align_up(at ? at : 1, ARTFS_SLAB_ALIGN);
+	*slab_size = weights_align_up(at ? at : 1, ARTFS_SLAB_ALIGN);
 	return 0;
 }
 
@@ -225,11 +225,12 @@ static void direct_fingerprint(struct weights *w, int r, const struct wblob *b)
 	checkpoint_dtype_list(seen, fp->dtypes, sizeof(fp->dtypes));
 	fp->tp_size = b->head.tp_size;
 	fp->tp_rank = b->head.rank;
-	fingerprint_device(fp, d);
+	weights_fingerprint_device(fp, d);
 }
 
 /* Takes the blob's tensor table as rank r's own (names copied). */
-static int direct_own_table(struct weights_rank *wr, const struct wblob *b, struct gpu_piece *pieces)
+static int direct_own_table(struct weights_rank *wr, const struct wblob *b,
+			    struct gpu_piece *pieces)
 {
 	size_t nb = 0;
 
@@ -324,7 +325,7 @@ static int direct_copy(struct direct_job *j, char *err, size_t errlen)
 		struct gpu_device devs[RANKS_MAX];
 		char e2[128];
 		int ndevs = gpu_devices(devs, RANKS_MAX, e2, sizeof(e2));
-		const struct gpu_device *d = device_find(devs, ndevs, j->dst.device);
+		const struct gpu_device *d = weights_device_find(devs, ndevs, j->dst.device);
 		if (d) {
 			j->dev = *d;
 			j->dev_known = true;
@@ -351,7 +352,7 @@ static int direct_ready_locked(struct weights *w, const struct artfs_publish_hea
 {
 	snprintf(w->ckpt.architecture, sizeof(w->ckpt.architecture), "%s", head->architecture);
 	snprintf(w->ckpt.quant_method, sizeof(w->ckpt.quant_method), "%s", head->quant_method);
-	char *m = build_manifest(w);
+	char *m = weights_build_manifest(w);
 	if (!m) {
 		snprintf(err, errlen, "out of memory building the manifest");
 		return -ENOMEM;
@@ -359,7 +360,7 @@ static int direct_ready_locked(struct weights *w, const struct artfs_publish_hea
 	w->manifest = m;
 	w->manifest_len = strlen(m);
 	w->state = READY;
-	w->finished_ns = now_ns();
+	w->finished_ns = weights_now_ns();
 	return 0;
 }
 
@@ -427,7 +428,7 @@ static int direct_run(struct tree *t, struct direct_handle *ph)
 	struct direct_job j;
 	char err[256] = "";
 	int rc;
-	int64_t t0 = now_ns();
+	int64_t t0 = weights_now_ns();
 
 	(void)t;
 	memset(&j, 0, sizeof(j));
@@ -451,7 +452,7 @@ static int direct_run(struct tree *t, struct direct_handle *ph)
 			 j.gp.source_device, j.dst.device, j.gp.peer ? " (peer to peer)" : "", j.b.ntensors,
 			 j.bytes, j.gp.copy_seconds,
 			 j.gp.copy_seconds > 0 ? (double)j.bytes / j.gp.copy_seconds / 1e9 : 0.0,
-			 (double)(now_ns() - t0) / 1e9);
+			 (double)(weights_now_ns() - t0) / 1e9);
 		snprintf(ph->reply, sizeof(ph->reply), "0 %zu %" PRIu64 " %.6f\n", j.b.ntensors, j.bytes,
 			 j.gp.copy_seconds);
 		weights_keep(w); /* once every rank is published */

@@ -121,7 +121,7 @@ int weights_open(struct tree *t, struct node *n, int flags, struct handle **h,
 	if (n->type == NODE_WEIGHTS_FILE) {
 		char *text;
 		if (n->sub == WEIGHTS_STATUS) {
-			text = status_text(w);
+			text = weights_status_text(w);
 			r->direct_io = true;
 		} else {
 			pthread_mutex_lock(&w->mu);

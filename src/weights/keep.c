@@ -95,7 +95,7 @@ static int memfd_with(const char *name, const char *text, size_t len)
 void weights_keep(struct weights *w)
 {
 	struct tree *t = w->t;
-	char *status = status_text(w), prefix[48], tag[KEEPER_TAG_MAX];
+	char *status = weights_status_text(w), prefix[48], tag[KEEPER_TAG_MAX];
 	size_t len = 0;
 	int rc = 0, memfd = -1;
 
@@ -201,7 +201,7 @@ static struct weights *weights_from_record(struct tree *t, struct version *v, st
 	w->t = t;
 	w->ver = v;
 	w->nranks = rec->nranks;
-	init_nodes(w, rec->nranks);
+	weights_init_nodes(w, rec->nranks);
 	w->state = READY;
 	w->thread_done = true;
 	w->granks = g;
@@ -224,7 +224,7 @@ static struct weights *weights_from_record(struct tree *t, struct version *v, st
 	w->manifest_len = rec->manifest_len;
 	w->status_kept = rec->status;
 	rec->manifest = rec->status = NULL;
-	w->started_ns = w->finished_ns = now_ns();
+	w->started_ns = w->finished_ns = weights_now_ns();
 	return w;
 }
 
@@ -258,7 +258,7 @@ static int take_over_one(struct tree *t, const char *prefix, int meta, struct ke
 			rc = -EINVAL;
 		}
 	}
-	struct version *v = rc == 0 ? version_for(t, rec->version, &rc) : NULL;
+	struct version *v = rc == 0 ? weights_version_for(t, rec->version, &rc) : NULL;
 	struct weights *w = v ? weights_from_record(t, v, rec, fds) : NULL;
 	if (v && !w) {
 		node_unref(&v->node, 1);
@@ -277,7 +277,7 @@ static int take_over_one(struct tree *t, const char *prefix, int meta, struct ke
 		} else {
 			w->kept = true;
 			memcpy(w->kept_tag, want, sizeof(want));
-			all_add(t, w, false);
+			weights_all_add(t, w, false);
 			log_info("weights %s: taken over from the daemon before (%d rank%s, %" PRIu64
 				 " bytes), nothing read again", w->ver->name, w->nranks,
 				 w->nranks > 1 ? "s" : "", w->bytes_total);

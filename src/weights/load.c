@@ -45,13 +45,13 @@ static int parse_gpus(const char *text, int *out, int cap, int *n)
 	return 0;
 }
 
-uint64_t align_up(uint64_t v, uint64_t a)
+uint64_t weights_align_up(uint64_t v, uint64_t a)
 {
 	return (v + a - 1) / a * a;
 }
 
 /* The GPU of devs with this index, or NULL. */
-const struct gpu_device *device_find(const struct gpu_device *devs, int n, int index)
+const struct gpu_device *weights_device_find(const struct gpu_device *devs, int n, int index)
 {
 	for (int k = 0; k < n; k++)
 		if (devs[k].index == index)
@@ -83,7 +83,7 @@ static int plan_rank(struct weights *w, int r, int source_rank)
 			continue;
 		for (size_t i = 0; i < cf->st.count; i++) {
 			const struct safetensors_tensor *ts = &cf->st.tensors[i];
-			at = align_up(at, ARTFS_TENSOR_ALIGN);
+			at = weights_align_up(at, ARTFS_TENSOR_ALIGN);
 			wr->pieces[wr->npieces] = (struct gpu_piece){
 				.file = (uint32_t)f, .file_offset = ts->offset, .size = ts->size, .slab_offset = at,
 			};
@@ -93,7 +93,7 @@ static int plan_rank(struct weights *w, int r, int source_rank)
 		}
 	}
 	w->granks[r].device = wr->device;
-	w->granks[r].slab_size = align_up(at ? at : 1, ARTFS_SLAB_ALIGN);
+	w->granks[r].slab_size = weights_align_up(at ? at : 1, ARTFS_SLAB_ALIGN);
 	w->granks[r].pieces = wr->pieces;
 	w->granks[r].npieces = wr->npieces;
 	return 0;
@@ -109,9 +109,9 @@ static void *load_main(void *arg)
 	int rc;
 
 	rc = gpu_load(&w->load, err, sizeof(err));
-	char *manifest = rc == 0 ? build_manifest(w) : NULL;
+	char *manifest = rc == 0 ? weights_build_manifest(w) : NULL;
 	pthread_mutex_lock(&w->mu);
-	w->finished_ns = now_ns();
+	w->finished_ns = weights_now_ns();
 	double secs = (double)(w->finished_ns - w->started_ns) / 1e9;
 	if (rc == 0 && !manifest) {
 		rc = -ENOMEM;
@@ -134,7 +134,7 @@ static void *load_main(void *arg)
 		log_err("weights %s: load of %s failed: %s", w->ver->name, w->ckpt.dir, err);
 	}
 	w->thread_done = true;
-	release_gpu_locked(w);
+	weights_release_gpu_locked(w);
 	pthread_mutex_unlock(&w->mu);
 	if (rc == 0)
 		weights_keep(w);
@@ -151,7 +151,7 @@ static void *load_main(void *arg)
 
 /* ---- load and unload ------------------------------------------------------------- */
 
-struct version *version_for(struct tree *t, const char *wv, int *rc)
+struct version *weights_version_for(struct tree *t, const char *wv, int *rc)
 {
 	pthread_mutex_lock(&t->lock);
 	struct version *v = index_version_find(&t->idx, wv);
@@ -167,7 +167,7 @@ struct version *version_for(struct tree *t, const char *wv, int *rc)
 	return *rc < 0 ? NULL : v;
 }
 
-bool quant_allowed(struct tree *t, const struct checkpoint *c)
+bool weights_quant_allowed(struct tree *t, const struct checkpoint *c)
 {
 	if (!c->quant_method[0] || (strcmp(c->quant_method, "fp8") == 0 && c->quant_block_fp8))
 		return true;
@@ -225,7 +225,7 @@ static int load_choose_ranks(const char *wv, const struct checkpoint *ckpt,
 		return -EINVAL;
 	}
 	for (int r = 0; r < n; r++)
-		if (!device_find(devs, ndevs, gpu_list[r])) {
+		if (!weights_device_find(devs, ndevs, gpu_list[r])) {
 			log_warn("load %s: no GPU %d", wv, gpu_list[r]);
 			return -EINVAL;
 		}
@@ -235,7 +235,8 @@ static int load_choose_ranks(const char *wv, const struct checkpoint *ckpt,
 
 /* Every rank's GPU, slab plan and fingerprint, and the files the load
  * reads, in w->load. */
-static int load_plan(struct weights *w, const struct gpu_device *devs, int ndevs, const int *gpu_list)
+static int load_plan(struct weights *w, const struct gpu_device *devs, int ndevs,
+		     const int *gpu_list)
 {
 	const struct checkpoint *ckpt = &w->ckpt;
 	const bool sharded = ckpt->layout == CHECKPOINT_VLLM_SHARDED;
@@ -249,13 +250,13 @@ static int load_plan(struct weights *w, const struct gpu_device *devs, int ndevs
 		w->granks[r].fd = -1;
 	for (int r = 0; r < w->nranks && rc == 0; r++) {
 		struct weights_rank *wr = &w->ranks[r];
-		const struct gpu_device *d = device_find(devs, ndevs, gpu_list[r]);
+		const struct gpu_device *d = weights_device_find(devs, ndevs, gpu_list[r]);
 		wr->device = gpu_list[r];
 		if (d)
 			wr->dev = *d;
 		used += snprintf(w->gpus + used, sizeof(w->gpus) - used, "%s%d", r ? "," : "", wr->device);
 		rc = plan_rank(w, r, sharded ? r : -1);
-		fingerprint(w, r, sharded ? w->nranks : 1);
+		weights_fingerprint(w, r, sharded ? w->nranks : 1);
 	}
 	for (size_t f = 0; f < ckpt->nfiles && rc == 0; f++) {
 		w->paths[f] = ckpt->files[f].path;
@@ -279,7 +280,7 @@ static int load_new(struct tree *t, const char *wv, struct checkpoint *ckpt, int
 		    const struct gpu_device *devs, int ndevs, const int *gpu_list, struct weights **out)
 {
 	int rc = 0;
-	struct version *v = version_for(t, wv, &rc);
+	struct version *v = weights_version_for(t, wv, &rc);
 
 	if (!v) {
 		checkpoint_close(ckpt);
@@ -295,7 +296,7 @@ static int load_new(struct tree *t, const char *wv, struct checkpoint *ckpt, int
 	w->ver = v; /* our reference from version_for */
 	w->ckpt = *ckpt;
 	w->nranks = nranks;
-	init_nodes(w, nranks);
+	weights_init_nodes(w, nranks);
 	rc = load_plan(w, devs, ndevs, gpu_list);
 	if (rc < 0) {
 		weights_free(w);
@@ -311,11 +312,11 @@ static int load_alloc(struct weights *w, const char *wv)
 {
 	char err[256];
 
-	w->started_ns = now_ns();
+	w->started_ns = weights_now_ns();
 	w->thread_done = true; /* until the thread starts: weights_free may free */
 	w->gpu_freed = true;
 	int rc = gpu_alloc(&w->load, err, sizeof(err));
-	w->alloc_seconds = (double)(now_ns() - w->started_ns) / 1e9;
+	w->alloc_seconds = (double)(weights_now_ns() - w->started_ns) / 1e9;
 	if (rc < 0) {
 		log_warn("load %s: %s", wv, err);
 		weights_free(w);
@@ -399,7 +400,7 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 	rc = load_new(t, wv, &ckpt, nranks, devs, ndevs, gpu_list, &w);
 	if (rc < 0)
 		return rc;
-	if (!quant_allowed(t, &ckpt))
+	if (!weights_quant_allowed(t, &ckpt))
 		log_warn("load %s: quantization \"%s\" is not served zero-copy unless allow_quant= "
 			 "names it; attaches will fail with EOPNOTSUPP", wv, ckpt.quant_method);
 	rc = load_alloc(w, wv);
@@ -407,7 +408,7 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 		rc = load_take_version(t, w, wv);
 	if (rc < 0)
 		return rc;
-	all_add(t, w, true);
+	weights_all_add(t, w, true);
 	log_info("weights %s: loading %s (%s, %zu files, %" PRIu64 " bytes) onto GPU %s", wv, dir,
 		 ckpt.layout == CHECKPOINT_HF ? "Hugging Face, replicated" : "vLLM sharded",
 		 ckpt.nfiles, w->bytes_total, w->gpus);

@@ -1,5 +1,5 @@
 /* What loaded or published weights say of themselves: each rank's
- * fingerprint (what an attach must expect) and manifest.json. */
+ * weights_fingerprint (what an attach must expect) and manifest.json. */
 #include "autoconf.h"
 
 #include <stdio.h>
@@ -14,14 +14,14 @@
 /* ---- the fingerprint ----------------------------------------------------------- */
 
 /* What the GPU adds to a fingerprint, loaded or published alike. */
-void fingerprint_device(struct artfs_fingerprint *fp, const struct gpu_device *d)
+void weights_fingerprint_device(struct artfs_fingerprint *fp, const struct gpu_device *d)
 {
 	fp->cc_major = (uint32_t)d->cc_major;
 	fp->cc_minor = (uint32_t)d->cc_minor;
 	fp->driver_version = (uint32_t)d->driver_version;
 }
 
-void fingerprint(struct weights *w, int r, int tp_size)
+void weights_fingerprint(struct weights *w, int r, int tp_size)
 {
 	struct artfs_fingerprint *fp = &w->ranks[r].fp;
 	const struct gpu_device *d = &w->ranks[r].dev;
@@ -34,7 +34,7 @@ void fingerprint(struct weights *w, int r, int tp_size)
 	snprintf(fp->dtypes, sizeof(fp->dtypes), "%s", w->ckpt.dtypes);
 	fp->tp_size = (uint32_t)tp_size;
 	fp->tp_rank = tp_size == 1 ? 0 : (uint32_t)r;
-	fingerprint_device(fp, d);
+	weights_fingerprint_device(fp, d);
 }
 
 /* ---- the manifest ------------------------------------------------------------ */
@@ -53,7 +53,7 @@ static json_t *fingerprint_json(const struct artfs_fingerprint *fp)
 			 "compute_capability", cc, "driver_version", (int)fp->driver_version);
 }
 
-char *build_manifest(struct weights *w)
+char *weights_build_manifest(struct weights *w)
 {
 	json_t *ranks = json_array();
 

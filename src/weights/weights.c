@@ -20,7 +20,7 @@
 #include "weights/weights.h"
 #include "weights/weights_i.h"
 
-int64_t now_ns(void)
+int64_t weights_now_ns(void)
 {
 	struct timespec ts;
 
@@ -35,7 +35,7 @@ int64_t now_ns(void)
  * the memory of the slabs it attached until it unmaps them (or ends), and
  * the holder's descriptors keep that of kept weights for the next daemon.
  * Called with w->mu held. */
-void release_gpu_locked(struct weights *w)
+void weights_release_gpu_locked(struct weights *w)
 {
 	if (w->gpu_freed || !w->unloaded || !w->thread_done)
 		return;
@@ -59,7 +59,7 @@ void weights_free(struct weights *w)
 	pthread_mutex_unlock(&t->weights_mu);
 	pthread_mutex_lock(&w->mu);
 	w->unloaded = true;
-	release_gpu_locked(w);
+	weights_release_gpu_locked(w);
 	pthread_mutex_unlock(&w->mu);
 	for (int r = 0; r < w->nranks; r++) {
 		free(w->ranks[r].pieces);
@@ -86,7 +86,7 @@ static void weights_node_free(struct node *n)
 
 /* The weights node and the nodes it owns (weights/, its files, rank<k>),
  * all sharing its count: one reference, the version's. */
-void init_nodes(struct weights *w, int nranks)
+void weights_init_nodes(struct weights *w, int nranks)
 {
 	pthread_mutex_init(&w->mu, NULL);
 	w->node.type = NODE_WEIGHTS;
@@ -110,7 +110,7 @@ void init_nodes(struct weights *w, int nranks)
 
 /* Puts w on the tree's list, which shutdown frees; a load also counts as
  * running until its thread ends. */
-void all_add(struct tree *t, struct weights *w, bool loading)
+void weights_all_add(struct tree *t, struct weights *w, bool loading)
 {
 	pthread_mutex_lock(&t->weights_mu);
 	w->next_all = t->weights;
@@ -136,7 +136,7 @@ int weights_unload(struct tree *t, const char *wv)
 	atomic_store(&w->load.cancel, 1);
 	uint32_t attached = w->attached;
 	weights_unkeep_locked(w);
-	release_gpu_locked(w);
+	weights_release_gpu_locked(w);
 	pthread_mutex_unlock(&w->mu);
 	expiry_forget(t, parent, "weights");
 	log_info("weights %s: unloaded%s", wv,
@@ -173,7 +173,7 @@ void weights_shutdown(struct tree *t)
 
 /* ---- status ------------------------------------------------------------------ */
 
-char *status_text(struct weights *w)
+char *weights_status_text(struct weights *w)
 {
 	static const char *const states[] = { "loading", "ready", "failed", "empty" };
 	char *text = NULL;
@@ -184,7 +184,7 @@ char *status_text(struct weights *w)
 		return NULL;
 	pthread_mutex_lock(&w->mu);
 	uint64_t done = atomic_load(&w->load.bytes_read);
-	int64_t end = w->state == LOADING ? now_ns() : w->finished_ns;
+	int64_t end = w->state == LOADING ? weights_now_ns() : w->finished_ns;
 	double secs = (double)(end - w->started_ns) / 1e9;
 	if (w->status_kept) { /* taken over: as it was, and what changed since */
 		fprintf(f, "%staken_over = yes (loaded by a daemon before this one)\nattached = %u\n",
@@ -200,7 +200,8 @@ char *status_text(struct weights *w)
 		fprintf(f, "copy_seconds = %.6f\n", w->copy_seconds);
 		fprintf(f, "open_seconds = %.6f\n", w->open_seconds);
 		fprintf(f, "alloc_seconds = %.6f\n", w->alloc_seconds);
-		fprintf(f, "seconds = %.6f\n", w->finished_ns ? (double)(w->finished_ns - w->started_ns) / 1e9 : 0.0);
+		fprintf(f, "seconds = %.6f\n",
+			w->finished_ns ? (double)(w->finished_ns - w->started_ns) / 1e9 : 0.0);
 		fprintf(f, "attached = %u\n", w->attached);
 		fprintf(f, "error = %s\n", w->error);
 		goto done;

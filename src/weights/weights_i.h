@@ -83,29 +83,29 @@ struct rank_handle {
 };
 
 /* weights.c: the registry, GPU memory lifetime, status. */
-int64_t now_ns(void);
+int64_t weights_now_ns(void);
 /* Lets go of the slabs once unloaded and the load thread finished (w->mu held). */
-void release_gpu_locked(struct weights *w);
+void weights_release_gpu_locked(struct weights *w);
 void weights_free(struct weights *w);
 /* The weights node and the nodes it owns, sharing its count. */
-void init_nodes(struct weights *w, int nranks);
+void weights_init_nodes(struct weights *w, int nranks);
 /* Puts w on the tree's list; a load also counts as running. */
-void all_add(struct tree *t, struct weights *w, bool loading);
+void weights_all_add(struct tree *t, struct weights *w, bool loading);
 /* The status file's text (malloc'd), or NULL without memory. */
-char *status_text(struct weights *w);
+char *weights_status_text(struct weights *w);
 
 /* load.c: planning a load. */
-uint64_t align_up(uint64_t v, uint64_t a);
-const struct gpu_device *device_find(const struct gpu_device *devs, int n, int index);
+uint64_t weights_align_up(uint64_t v, uint64_t a);
+const struct gpu_device *weights_device_find(const struct gpu_device *devs, int n, int index);
 /* wv's version (referenced), made if missing; NULL with -errno in *rc. */
-struct version *version_for(struct tree *t, const char *wv, int *rc);
+struct version *weights_version_for(struct tree *t, const char *wv, int *rc);
 /* Whether c's quantization is served zero-copy (allow_quant=). */
-bool quant_allowed(struct tree *t, const struct checkpoint *c);
+bool weights_quant_allowed(struct tree *t, const struct checkpoint *c);
 
 /* manifest.c: fingerprints and manifest.json. */
-void fingerprint_device(struct artfs_fingerprint *fp, const struct gpu_device *d);
-void fingerprint(struct weights *w, int r, int tp_size);
-char *build_manifest(struct weights *w);
+void weights_fingerprint_device(struct artfs_fingerprint *fp, const struct gpu_device *d);
+void weights_fingerprint(struct weights *w, int r, int tp_size);
+char *weights_build_manifest(struct weights *w);
 
 /* keep.c: kept by the holder (DESIGN.md §8). */
 void weights_keep(struct weights *w);
