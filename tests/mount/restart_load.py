@@ -220,6 +220,31 @@ def run(mount, seconds, during, readers=6):
     return said
 
 
+def get_one(path, key, out):
+    """One .keys/.get of key: its bytes, or the errno name of the call that failed."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError as e:
+        out.append("open:" + errno.errorcode[e.errno])
+        return
+    try:
+        os.write(fd, key.encode() + b"\n")
+        data = bytearray()
+        while True:
+            b = os.pread(fd, 1 << 24, len(data))
+            if not b:
+                break
+            data += b
+        out.append(bytes(data))
+    except OSError as e:
+        out.append("read:" + errno.errorcode[e.errno])
+    finally:
+        try:
+            os.close(fd)
+        except OSError:  # the mount ended under it
+            pass
+
+
 def check_acknowledged(mount, said):
     """Every object a publisher had acknowledged reads back, byte for byte."""
     import io

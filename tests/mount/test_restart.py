@@ -102,27 +102,6 @@ def test_upgrades_under_load_show_no_error(mnt):
     assert mnt.log().count("serves (upgrade") == 3
 
 
-def _get(path, key, out):
-    """One .keys/.get of key: its bytes, or the errno name of the call that failed."""
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except OSError as e:
-        out.append("open:" + errno.errorcode[e.errno])
-        return
-    try:
-        os.write(fd, key.encode() + b"\n")
-        data = bytearray()
-        while True:
-            b = os.pread(fd, 1 << 24, len(data))
-            if not b:
-                break
-            data += b
-        out.append(bytes(data))
-    except OSError as e:
-        out.append("read:" + errno.errorcode[e.errno])
-    finally:
-        os.close(fd)
-
 
 def _get_across_a_kill(m, key, delay):
     """A .keys/.get of a large object (verified before the first byte is
@@ -130,7 +109,7 @@ def _get_across_a_kill(m, key, delay):
     Its result is not in the page cache, so a failed read is the client's
     (the kernel retries a failed read of a cached file's page itself)."""
     out = []
-    t = threading.Thread(target=_get, args=(m.path(".keys", ".get"), key, out))
+    t = threading.Thread(target=restart_load.get_one, args=(m.path(".keys", ".get"), key, out))
     t.start()
     time.sleep(delay)
     pid = m.kill_daemon()
@@ -172,7 +151,7 @@ def test_a_request_in_flight_at_a_kill(make_mount, resend):
             break
     assert caught, "no kill caught a request in flight in 6 tries:\n" + m.log()
     out = []
-    _get(m.path(".keys", ".get"), key, out)
+    restart_load.get_one(m.path(".keys", ".get"), key, out)
     assert out[0] == want
 
 

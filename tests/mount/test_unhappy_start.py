@@ -4,7 +4,6 @@ answered EIO, also one it had not noted yet; every daemon of a mount serves
 the one store its holder locked; a daemon that cannot start says why in
 the log and `artfsctl status` does not hang meanwhile; relative paths are
 refused before the mount; .artfs/control is the mount owner's, not uid='s."""
-import errno
 import os
 import re
 import shutil
@@ -12,8 +11,6 @@ import struct
 import subprocess
 import threading
 import time
-
-import pytest
 
 import restart_load
 from conftest import Mount, is_mounted, publish, wait_for
@@ -58,30 +55,6 @@ def inflight_slots(fd):
     return out
 
 
-def _get(path, key, out):
-    """One .keys/.get of key: its bytes, or the errno name of the call that failed."""
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except OSError as e:
-        out.append("open:" + errno.errorcode[e.errno])
-        return
-    try:
-        os.write(fd, key.encode() + b"\n")
-        data = bytearray()
-        while True:
-            b = os.pread(fd, 1 << 24, len(data))
-            if not b:
-                break
-            data += b
-        out.append(bytes(data))
-    except OSError as e:
-        out.append("read:" + errno.errorcode[e.errno])
-    finally:
-        try:
-            os.close(fd)
-        except OSError:  # the mount ended under it
-            pass
-
 
 def test_resend_0_answers_a_request_read_but_not_noted(make_mount):
     """A request the daemon had read but not noted yet when it died (its
@@ -99,7 +72,7 @@ def test_resend_0_answers_a_request_read_but_not_noted(make_mount):
             os.makedirs(m.path(WV), exist_ok=True)
             assert publish(m.path(WV, h), env) == 0  # fresh: its first read verifies it
             out = []
-            t = threading.Thread(target=_get, args=(m.path(".keys", ".get"),
+            t = threading.Thread(target=restart_load.get_one, args=(m.path(".keys", ".get"),
                                                     restart_load.key_hex(h), out))
             t.start()
             reads = []
@@ -131,7 +104,7 @@ def test_resend_0_answers_a_request_read_but_not_noted(make_mount):
     assert m.wait_log("resend=0: answered EIO"), m.log()
     assert "(opcode 15, node" in m.log()
     out = []
-    _get(m.path(".keys", ".get"), restart_load.key_hex(h), out)
+    restart_load.get_one(m.path(".keys", ".get"), restart_load.key_hex(h), out)
     assert isinstance(out[0], bytes) and len(out[0]) > 0, out[0]
 
 
