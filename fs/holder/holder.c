@@ -366,6 +366,7 @@ out_unmount:
 	holder_notify_parent(&h, -EIO, "the mount ended before it served");
 	if (se)
 		fuse_session_unmount(se);
+	mount_detach_if_left(&h);
 out:
 	if (se)
 		fuse_session_destroy(se);

@@ -118,5 +118,6 @@ void poison_check(struct holder *h, int status);
 int mount_and_record(struct holder *h, struct fuse_session *se);
 void mount_changed(struct holder *h);
 void mount_abort_connection(struct holder *h);
+void mount_detach_if_left(struct holder *h);
 
 #endif

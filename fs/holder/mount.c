@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fs/holder/holder_i.h"
@@ -109,6 +110,33 @@ void mount_changed(struct holder *h)
 	keeper_store_drop(h->kept, "", true); /* the attach socket, kept slabs: the mount is over */
 	daemon_stop(&h->cur, SIGTERM);
 	daemon_stop(&h->next, SIGKILL);
+}
+
+/* After the session's unmount: libfuse does not unmount a mount whose
+ * connection was aborted (its device polls POLLERR, which it reads as
+ * "unmounted already"), so a stop whose daemon had to be cut off left the
+ * mount behind, every access ENOTCONN. What is left is detached here. */
+void mount_detach_if_left(struct holder *h)
+{
+	if (!h->mnt_id || h->mountinfo_fd < 0 ||
+	    mount_id_at(h->mountinfo_fd, h->o->mountpoint, NULL) != h->mnt_id)
+		return;
+	if (umount2(h->o->mountpoint, MNT_DETACH) == 0) {
+		log_info("holder: %s detached (its connection had been aborted)", h->o->mountpoint);
+		return;
+	}
+	int e = errno;
+	pid_t pid = e == EPERM ? fork() : -1;
+	if (pid == 0) {
+		execlp("fusermount3", "fusermount3", "-u", "-z", h->o->mountpoint, (char *)NULL);
+		_exit(127);
+	}
+	int status = 0;
+	if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+	    WEXITSTATUS(status) == 0)
+		return;
+	log_err("holder: cannot unmount %s: %s; `umount -l %s` ends it", h->o->mountpoint,
+		strerror(e), h->o->mountpoint);
 }
 
 /* The daemon of an unmounted mount did not end: the FUSE connection is

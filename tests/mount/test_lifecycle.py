@@ -239,6 +239,21 @@ def test_mount_artfs_helper(tmp_path):
     assert r.returncode == 0 and not is_mounted(mp)  # -f: pretend
 
 
+def test_sigterm_unmounts_when_the_daemon_must_be_cut_off(tmp_path):
+    """The daemon does not end after the stop (it is SIGSTOPped: a daemon
+    stuck as a loaded sanitizer build was under CI): the holder aborts its
+    connection after 2 s, kills it, and still unmounts (libfuse skips the
+    unmount of an aborted connection: the mount stayed, ENOTCONN)."""
+    m = Mount(tmp_path).start()
+    os.kill(m.daemon_pid(), signal.SIGSTOP)
+    m.proc.send_signal(signal.SIGTERM)
+    assert m.proc.wait(timeout=20) == 0, m.log()
+    assert not is_mounted(m.mountpoint), m.log()
+    assert "aborted its FUSE connection" in m.log(), m.log()
+    m.proc = None
+    m.log_fh.close()
+
+
 def test_sigterm_unmounts_cleanly(tmp_path):
     m = Mount(tmp_path).start()
     os.mkdir(m.path(WV))
