@@ -89,32 +89,28 @@ static void usage(void)
 	exit(2);
 }
 
-int main(int argc, char **argv)
+/* Options and positional arguments into c (defaults first); the daemon's
+ * and the workdir's arguments in *daemon and *workdir. */
+static void parse_args(struct cfg *c, int argc, char **argv, const char **daemon,
+		       const char **workdir)
 {
-	struct cfg c;
-	struct results res;
 	const char *pos[5];
 	int npos = 0;
 	unsigned long v;
-	char path[PATH_MAX];
 
-	bench_progname = "scale_bench";
-	scale_daemon_guard();
-	memset(&c, 0, sizeof(c));
-	memset(&res, 0, sizeof(res));
-	c.objects = 1000000;
-	c.versions = 100;
-	c.big = 100000;
-	c.starts = 3;
+	c->objects = 1000000;
+	c->versions = 100;
+	c->big = 100000;
+	c->starts = 3;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--regen") == 0)
-			c.regen = true;
+			c->regen = true;
 		else if (strcmp(argv[i], "--clean") == 0)
-			c.clean = true;
+			c->clean = true;
 		else if (strncmp(argv[i], "--starts=", 9) == 0) {
 			if (!bench_parse_count(argv[i] + 9, 16, &v))
 				usage();
-			c.starts = (unsigned)v;
+			c->starts = (unsigned)v;
 		} else if (argv[i][0] == '-' && argv[i][1])
 			usage();
 		else if (npos < 5)
@@ -127,43 +123,192 @@ int main(int argc, char **argv)
 	if (npos > 2) {
 		if (!bench_parse_count(pos[2], 100000000, &v))
 			usage();
-		c.objects = v;
+		c->objects = v;
 	}
 	if (npos > 3) {
 		if (!bench_parse_count(pos[3], 100000, &v))
 			usage();
-		c.versions = v;
+		c->versions = v;
 	}
 	if (npos > 4) {
 		if (!bench_parse_count(pos[4], 100000000, &v))
 			usage();
-		c.big = v;
+		c->big = v;
 	}
-	if (c.big > c.objects || (c.versions == 1 && c.big != c.objects) ||
-	    (c.versions > 1 && c.objects - c.big < c.versions - 1))
+	if (c->big > c->objects || (c->versions == 1 && c->big != c->objects) ||
+	    (c->versions > 1 && c->objects - c->big < c->versions - 1))
 		bench_die("%zu objects cannot be %zu in \"big\" and at least one in each of the "
-			  "other %zu versions", c.objects, c.big, c.versions - 1);
-	if (access(pos[0], X_OK) < 0)
-		bench_die("%s: not an executable: %s", pos[0], strerror(errno));
-	c.daemon = realpath(pos[0], NULL);
-	if (!c.daemon)
-		bench_die("realpath %s: %s", pos[0], strerror(errno));
-	if (mkdir(pos[1], 0755) < 0 && errno != EEXIST)
-		bench_die("mkdir %s: %s", pos[1], strerror(errno));
-	if (!realpath(pos[1], c.workdir))
-		bench_die("realpath %s: %s", pos[1], strerror(errno));
-	if ((size_t)snprintf(c.store, sizeof(c.store), "%s/store", c.workdir) >= sizeof(c.store) ||
-	    (size_t)snprintf(c.empty, sizeof(c.empty), "%s/empty-store", c.workdir) >=
-		    sizeof(c.empty) ||
-	    (size_t)snprintf(c.mnt, sizeof(c.mnt), "%s/mnt", c.workdir) >= sizeof(c.mnt) ||
-	    (size_t)snprintf(c.marker, sizeof(c.marker), "%s/store.complete", c.workdir) >=
-		    sizeof(c.marker))
-		bench_die("workdir path too long");
-	if (mkdir(c.mnt, 0755) < 0 && errno != EEXIST)
-		bench_die("mkdir %s: %s", c.mnt, strerror(errno));
-	if (scale_daemon_is_mounted(c.mnt))
-		bench_die("%s is already mounted (umount it first)", c.mnt);
+			  "other %zu versions", c->objects, c->big, c->versions - 1);
+	*daemon = pos[0];
+	*workdir = pos[1];
+}
 
+/* The daemon's binary, the workdir and the paths in it, the mountpoint
+ * (which must not be mounted yet). */
+static void set_up_workdir(struct cfg *c, const char *daemon, const char *workdir)
+{
+	if (access(daemon, X_OK) < 0)
+		bench_die("%s: not an executable: %s", daemon, strerror(errno));
+	c->daemon = realpath(daemon, NULL);
+	if (!c->daemon)
+		bench_die("realpath %s: %s", daemon, strerror(errno));
+	if (mkdir(workdir, 0755) < 0 && errno != EEXIST)
+		bench_die("mkdir %s: %s", workdir, strerror(errno));
+	if (!realpath(workdir, c->workdir))
+		bench_die("realpath %s: %s", workdir, strerror(errno));
+	if ((size_t)snprintf(c->store, sizeof(c->store), "%s/store", c->workdir) >=
+		    sizeof(c->store) ||
+	    (size_t)snprintf(c->empty, sizeof(c->empty), "%s/empty-store", c->workdir) >=
+		    sizeof(c->empty) ||
+	    (size_t)snprintf(c->mnt, sizeof(c->mnt), "%s/mnt", c->workdir) >= sizeof(c->mnt) ||
+	    (size_t)snprintf(c->marker, sizeof(c->marker), "%s/store.complete", c->workdir) >=
+		    sizeof(c->marker))
+		bench_die("workdir path too long");
+	if (mkdir(c->mnt, 0755) < 0 && errno != EEXIST)
+		bench_die("mkdir %s: %s", c->mnt, strerror(errno));
+	if (scale_daemon_is_mounted(c->mnt))
+		bench_die("%s is already mounted (umount it first)", c->mnt);
+}
+
+/* b) the baseline: the daemon on an empty store, its memory. */
+static void run_empty(const struct cfg *c, struct results *res)
+{
+	char path[PATH_MAX];
+	struct daemon_run d;
+	uint64_t exit_ns;
+
+	scale_store_remove(c->empty);
+	scale_fmt_path(path, sizeof(path), "%s/daemon-empty.log", c->workdir);
+	scale_daemon_start(c, c->empty, path, &d);
+	res->rss_empty_kb = d.rss_kb;
+	res->hwm_empty_kb = d.hwm_kb;
+	res->anon_empty_kb = d.anon_kb;
+	int st = scale_daemon_stop(c, &d, &exit_ns);
+	printf("\nempty store: mounted in %.3f s; VmRSS %ld kB, VmHWM %ld kB, RssAnon %ld kB; "
+	       "exit status %d\n", (double)d.start_ns / 1e9, d.rss_kb, d.hwm_kb, d.anon_kb, st);
+	if (st != 0)
+		bench_die("the daemon on the empty store exited with status %d (log: %s)", st,
+			  path);
+}
+
+/* One start on the full store (number s), timed and measured, its index
+ * and sizing lines read from the log at path; the start in *ready_ns. */
+static void run_start(const struct cfg *c, unsigned s, const char *path, struct results *res,
+		      struct daemon_run *d, uint64_t *ready_ns)
+{
+	scale_daemon_start(c, c->store, path, d);
+	if (!d->have_index) {
+		scale_daemon_log_tail(path);
+		bench_die("no \"indexed N objects ...\" line in %s", path);
+	}
+	res->start_s[s] = (double)d->start_ns / 1e9;
+	res->ready_s[s] = (double)d->ready_ns / 1e9;
+	res->rss_full_kb[s] = d->rss_kb;
+	*ready_ns = d->ready_ns; /* the holder mounts at once; its daemon answers later */
+	double sized_ms = scale_daemon_wait_sized(path, &d->idx_bytes);
+	printf("  start %u: mount %.3f s, first stat answered %.3f s; daemon log: indexed "
+	       "%llu objects in %llu versions in %.0f ms, then sized %llu bytes in the "
+	       "background in %.0f ms (publishes wait for it); VmRSS %ld kB, VmHWM "
+	       "%ld kB, RssAnon %ld kB\n", s + 1, res->start_s[s], res->ready_s[s],
+	       d->idx_objects, d->idx_versions, d->idx_ms, d->idx_bytes, sized_ms, d->rss_kb,
+	       d->hwm_kb, d->anon_kb);
+	if (d->idx_objects != c->objects || d->idx_versions != c->versions)
+		printf("  NOTE: the daemon indexed %llu objects in %llu versions; the store "
+		       "has %zu in %zu\n", d->idx_objects, d->idx_versions, c->objects,
+		       c->versions);
+}
+
+/* c) starts on the full store; the last one stays up for the rest (in *d).
+ * Their medians, and memory per object against the empty store's. */
+static void run_starts(const struct cfg *c, struct results *res, struct daemon_run *d)
+{
+	char path[PATH_MAX];
+	double idx_ms[16];
+	uint64_t start_ns[16], exit_ns;
+
+	scale_fmt_path(path, sizeof(path), "%s/daemon-full.log", c->workdir);
+	printf("\nfull store: %u start%s (fork -> mount listed in /proc/self/mounts)\n", c->starts,
+	       c->starts == 1 ? "" : "s");
+	for (unsigned s = 0; s < c->starts; s++) {
+		run_start(c, s, path, res, d, &start_ns[s]);
+		idx_ms[s] = d->idx_ms;
+		if (s + 1 < c->starts) {
+			int st = scale_daemon_stop(c, d, &exit_ns);
+			printf("          umount -> daemon exit %.3f s, status %d\n",
+			       (double)exit_ns / 1e9, st);
+			if (st != 0)
+				bench_die("the daemon exited with status %d (log: %s)", st, path);
+		}
+	}
+	res->starts = c->starts;
+	res->start_med_s = scale_measure_median_u64(start_ns, c->starts) / 1e9;
+	res->index_ms_med = bench_median(idx_ms, c->starts);
+	double rss_med = 0;
+	{
+		double r[16];
+		for (unsigned s = 0; s < c->starts; s++)
+			r[s] = (double)res->rss_full_kb[s];
+		rss_med = bench_median(r, c->starts);
+	}
+	res->bytes_per_obj = (rss_med - (double)res->rss_empty_kb) * 1024.0 / (double)c->objects;
+	printf("  median start %.3f s; median VmRSS %.0f kB; (VmRSS full - VmRSS empty) / objects "
+	       "= %.1f bytes per object\n", res->start_med_s, rss_med, res->bytes_per_obj);
+}
+
+/* e), f) distinct random objects: the stat sample, then the read sample,
+ * their sizes in res; free the result. */
+static size_t *pick_samples(const struct cfg *c, struct results *res)
+{
+	res->stat_n = c->objects < STAT_SAMPLES ? c->objects : STAT_SAMPLES;
+	res->read_n = c->objects - res->stat_n < READ_SAMPLES ? c->objects - res->stat_n
+							      : READ_SAMPLES;
+	size_t want = res->stat_n + res->read_n;
+	uint32_t *perm = bench_xmalloc(c->objects * sizeof(*perm));
+	size_t *sample = bench_xmalloc(want * sizeof(*sample));
+	uint64_t srng = SAMPLE_SEED;
+	for (size_t i = 0; i < c->objects; i++)
+		perm[i] = (uint32_t)i;
+	for (size_t i = 0; i < want; i++) { /* partial Fisher-Yates */
+		size_t j = i + rng_below(&srng, c->objects - i);
+		uint32_t t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+		sample[i] = perm[i];
+	}
+	free(perm);
+	return sample;
+}
+
+/* --clean: the store, the logs, the mountpoint and the workdir. */
+static void clean_workdir(const struct cfg *c)
+{
+	char path[PATH_MAX];
+
+	scale_store_remove(c->store);
+	scale_store_remove(c->empty);
+	unlink(c->marker);
+	scale_fmt_path(path, sizeof(path), "%s/daemon-empty.log", c->workdir);
+	unlink(path);
+	scale_fmt_path(path, sizeof(path), "%s/daemon-full.log", c->workdir);
+	unlink(path);
+	rmdir(c->mnt);
+	rmdir(c->workdir);
+}
+
+int main(int argc, char **argv)
+{
+	struct cfg c;
+	struct results res;
+	struct daemon_run d;
+	const char *daemon, *workdir;
+	uint64_t exit_ns;
+
+	bench_progname = "scale_bench";
+	scale_daemon_guard();
+	memset(&c, 0, sizeof(c));
+	memset(&res, 0, sizeof(res));
+	parse_args(&c, argc, argv, &daemon, &workdir);
+	set_up_workdir(&c, daemon, workdir);
 	scale_daemon_signals(c.mnt);
 
 	printf("scale_bench: %zu objects in %zu versions (\"big\": %zu), workdir %s\n", c.objects,
@@ -171,93 +316,14 @@ int main(int argc, char **argv)
 	scale_store_plan(&c);
 	scale_store_prepare(&c);
 	scale_measure_raw_scan(&c, &res);
-
-	/* b) the baseline: an empty store. */
-	struct daemon_run d;
-	uint64_t exit_ns;
-	scale_store_remove(c.empty);
-	scale_fmt_path(path, sizeof(path), "%s/daemon-empty.log", c.workdir);
-	scale_daemon_start(&c, c.empty, path, &d);
-	res.rss_empty_kb = d.rss_kb;
-	res.hwm_empty_kb = d.hwm_kb;
-	res.anon_empty_kb = d.anon_kb;
-	int st = scale_daemon_stop(&c, &d, &exit_ns);
-	printf("\nempty store: mounted in %.3f s; VmRSS %ld kB, VmHWM %ld kB, RssAnon %ld kB; "
-	       "exit status %d\n", (double)d.start_ns / 1e9, d.rss_kb, d.hwm_kb, d.anon_kb, st);
-	if (st != 0)
-		bench_die("the daemon on the empty store exited with status %d (log: %s)", st,
-			  path);
-
-	/* c) starts on the full store; the last one stays up for the rest. */
-	scale_fmt_path(path, sizeof(path), "%s/daemon-full.log", c.workdir);
-	printf("\nfull store: %u start%s (fork -> mount listed in /proc/self/mounts)\n", c.starts,
-	       c.starts == 1 ? "" : "s");
-	double idx_ms[16];
-	uint64_t start_ns[16];
-	for (unsigned s = 0; s < c.starts; s++) {
-		scale_daemon_start(&c, c.store, path, &d);
-		if (!d.have_index) {
-			scale_daemon_log_tail(path);
-			bench_die("no \"indexed N objects ...\" line in %s", path);
-		}
-		res.start_s[s] = (double)d.start_ns / 1e9;
-		res.ready_s[s] = (double)d.ready_ns / 1e9;
-		res.rss_full_kb[s] = d.rss_kb;
-		start_ns[s] = d.ready_ns; /* the holder mounts at once; its daemon answers later */
-		idx_ms[s] = d.idx_ms;
-		double sized_ms = scale_daemon_wait_sized(path, &d.idx_bytes);
-		printf("  start %u: mount %.3f s, first stat answered %.3f s; daemon log: indexed "
-		       "%llu objects in %llu versions in %.0f ms, then sized %llu bytes in the "
-		       "background in %.0f ms (publishes wait for it); VmRSS %ld kB, VmHWM "
-		       "%ld kB, RssAnon %ld kB\n", s + 1, res.start_s[s], res.ready_s[s],
-		       d.idx_objects, d.idx_versions, d.idx_ms, d.idx_bytes, sized_ms, d.rss_kb,
-		       d.hwm_kb, d.anon_kb);
-		if (d.idx_objects != c.objects || d.idx_versions != c.versions)
-			printf("  NOTE: the daemon indexed %llu objects in %llu versions; the store "
-			       "has %zu in %zu\n", d.idx_objects, d.idx_versions, c.objects,
-			       c.versions);
-		if (s + 1 < c.starts) {
-			st = scale_daemon_stop(&c, &d, &exit_ns);
-			printf("          umount -> daemon exit %.3f s, status %d\n",
-			       (double)exit_ns / 1e9, st);
-			if (st != 0)
-				bench_die("the daemon exited with status %d (log: %s)", st, path);
-		}
-	}
-	res.starts = c.starts;
-	res.start_med_s = scale_measure_median_u64(start_ns, c.starts) / 1e9;
-	res.index_ms_med = bench_median(idx_ms, c.starts);
-	double rss_med = 0;
-	{
-		double r[16];
-		for (unsigned s = 0; s < c.starts; s++)
-			r[s] = (double)res.rss_full_kb[s];
-		rss_med = bench_median(r, c.starts);
-	}
-	res.bytes_per_obj = (rss_med - (double)res.rss_empty_kb) * 1024.0 / (double)c.objects;
-	printf("  median start %.3f s; median VmRSS %.0f kB; (VmRSS full - VmRSS empty) / objects "
-	       "= %.1f bytes per object\n", res.start_med_s, rss_med, res.bytes_per_obj);
+	run_empty(&c, &res);
+	run_starts(&c, &res, &d);
 
 	/* d) listing the big version. */
 	scale_measure_listing(&c, &res);
 
-	/* e), f) distinct random objects: the stat sample, then the read sample. */
-	res.stat_n = c.objects < STAT_SAMPLES ? c.objects : STAT_SAMPLES;
-	res.read_n = c.objects - res.stat_n < READ_SAMPLES ? c.objects - res.stat_n : READ_SAMPLES;
-	size_t want = res.stat_n + res.read_n;
-	uint32_t *perm = bench_xmalloc(c.objects * sizeof(*perm));
-	size_t *sample = bench_xmalloc(want * sizeof(*sample));
-	uint64_t srng = SAMPLE_SEED;
-	for (size_t i = 0; i < c.objects; i++)
-		perm[i] = (uint32_t)i;
-	for (size_t i = 0; i < want; i++) { /* partial Fisher-Yates */
-		size_t j = i + rng_below(&srng, c.objects - i);
-		uint32_t t = perm[i];
-		perm[i] = perm[j];
-		perm[j] = t;
-		sample[i] = perm[i];
-	}
-	free(perm);
+	/* e), f) the stat sample, then the read sample. */
+	size_t *sample = pick_samples(&c, &res);
 	scale_measure_stats(&c, sample, res.stat_n, &res);
 	if (res.read_n)
 		scale_measure_reads(&c, sample + res.stat_n, res.read_n, &res);
@@ -277,17 +343,8 @@ int main(int argc, char **argv)
 	       res.exit_status);
 	scale_measure_summary(&c, &res);
 
-	if (c.clean) {
-		scale_store_remove(c.store);
-		scale_store_remove(c.empty);
-		unlink(c.marker);
-		scale_fmt_path(path, sizeof(path), "%s/daemon-empty.log", c.workdir);
-		unlink(path);
-		scale_fmt_path(path, sizeof(path), "%s/daemon-full.log", c.workdir);
-		unlink(path);
-		rmdir(c.mnt);
-		rmdir(c.workdir);
-	}
+	if (c.clean)
+		clean_workdir(&c);
 	free(c.wv);
 	free(c.count);
 	free(c.first);
