@@ -1,33 +1,30 @@
 /* The holder's daemons: each started as this binary on disk with the
- * mount's descriptors, stopped and reaped; a daemon that ends is replaced
- * (after a pause when they die one after the other), and a daemon that
- * cannot serve is said once for each reason. */
+ * mount's descriptors, stopped and closed; the one that replaces a daemon
+ * that ended is started after a pause when they die one after the other,
+ * and a daemon that cannot serve is said once for each reason. What a
+ * daemon's end leads to is holder.c's to decide; this file is the ground
+ * of the folder: it calls none of the others. */
 #include "autoconf.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fs/holder/holder_i.h"
 #include "fs/holder/takeover.h"
 #include "lib/log.h"
-#include "restart/keeper.h"
 
 /* A daemon that dies within this long of its start, before it served,
  * counts as a fast failure: the next one waits a little longer (up to
  * RESTART_DELAY_MAX). */
 #define FAST_FAILURE_NS 1000000000LL
 #define RESTART_DELAY_MAX_MS 2000
-/* How long a stopped or drained daemon may take to end before SIGKILL. */
-#define STOP_GRACE_MS 10000
 /* Daemons that had served and die again and again, each within this long
  * of its start: from the CRASH_LOOP_FREE-th on the next one waits, as
  * after fast failures (a kill now and then is replaced at once). */
@@ -136,39 +133,6 @@ void daemon_stop(struct daemon *d, int sig)
 		kill(d->pid, sig);
 }
 
-/* Waits (bounded) for every daemon to end: one that has not ended
- * UNMOUNTED_END_MS after it was told to stop has the FUSE connection
- * aborted under it (a thread of its own may wait for an answer from its
- * own mount that no daemon gives: the attach socket's bind); SIGKILL after
- * the grace. */
-void daemon_reap_all(struct holder *h)
-{
-	int64_t now = holder_now_ns(), until = now + (int64_t)STOP_GRACE_MS * 1000000;
-	int64_t abort_at = now + (int64_t)UNMOUNTED_END_MS * 1000000;
-
-	while (h->cur.pid > 0 || h->next.pid > 0) {
-		if (abort_at && holder_now_ns() > abort_at && h->cur.pid > 0) {
-			abort_at = 0; /* once */
-			mount_abort_connection(h);
-		}
-		int status;
-		pid_t pid = waitpid(-1, &status, WNOHANG);
-		if (pid == h->cur.pid)
-			daemon_close(&h->cur);
-		else if (pid == h->next.pid)
-			daemon_close(&h->next);
-		else if (pid < 0 && errno == ECHILD)
-			break;
-		if (pid <= 0) {
-			if (holder_now_ns() > until) {
-				daemon_stop(&h->cur, SIGKILL);
-				daemon_stop(&h->next, SIGKILL);
-			}
-			usleep(10000);
-		}
-	}
-}
-
 /* Why daemon d ended before it served, in words (how: its exit). */
 void daemon_why_not_served(const struct holder *h, struct daemon *d, const char *how, char *why,
 			   size_t len)
@@ -186,7 +150,7 @@ void daemon_why_not_served(const struct holder *h, struct daemon *d, const char 
 /* A daemon could not serve: said once for each reason (a daemon is tried
  * again every RESTART_DELAY_MAX_MS at most: the store, the binary or the
  * configuration may be repaired meanwhile), and again when it changes. */
-static void start_failed(struct holder *h, pid_t pid, const char *why)
+void daemon_start_failed(struct holder *h, pid_t pid, const char *why)
 {
 	h->start_failures++;
 	if (h->start_failure[0] &&
@@ -212,7 +176,7 @@ void daemon_start_succeeded(struct holder *h, pid_t pid)
  * they serve wait longer each time; so do daemons that served and die
  * again and again soon after their start (a request that kills them, until
  * it is answered EIO), past the first few. */
-static int restart_delay(struct holder *h, bool was_ready, int64_t lived)
+int daemon_restart_delay(struct holder *h, bool was_ready, int64_t lived)
 {
 	h->fast_failures = !was_ready && lived < FAST_FAILURE_NS ? h->fast_failures + 1 : 0;
 	if (was_ready)
@@ -227,7 +191,7 @@ static int restart_delay(struct holder *h, bool was_ready, int64_t lived)
 /* The next daemon takes over from the one that ended: returns false when
  * none can be started (the holder ends). exe: the binary, NULL for the
  * one on disk. */
-static bool restart(struct holder *h, int delay_ms, const char *exe)
+bool daemon_restart(struct holder *h, int delay_ms, const char *exe)
 {
 	if (delay_ms)
 		usleep((useconds_t)delay_ms * 1000);
@@ -238,82 +202,4 @@ static bool restart(struct holder *h, int delay_ms, const char *exe)
 		return false;
 	}
 	return true;
-}
-
-/* The serving daemon died (crashed): the next one is started. */
-static bool on_crash(struct holder *h, pid_t pid, int status, const char *how)
-{
-	char why[KEEPER_TAG_MAX + PATH_MAX + 64];
-
-	holder_read_last_words(h, &h->cur);
-	bool was_ready = h->cur.ready;
-	int64_t lived = holder_now_ns() - h->cur.started;
-	if (!was_ready)
-		daemon_why_not_served(h, &h->cur, how, why, sizeof(why));
-	daemon_close(&h->cur);
-	if (!was_ready && h->restarts == 0 && h->upgrades == 0) {
-		log_err("holder: the daemon ended (%s) before it served: %s", how, why);
-		holder_notify_parent(h, -EIO, "the daemon ended before it served (see the log)");
-		h->failed = true;
-		return false;
-	}
-	if (was_ready || WIFSIGNALED(status)) /* one that could not serve read nothing */
-		poison_check(h, status);
-	upgrade_check_death(h, pid, how);
-	int delay = restart_delay(h, was_ready, lived);
-	if (!was_ready)
-		start_failed(h, pid, why);
-	else
-		log_err("holder: daemon %ld died (%s); starting the next%s", (long)pid, how,
-			delay ? " after a pause (daemons die one after the other)" : "");
-	return restart(h, delay, NULL);
-}
-
-/* A daemon ended: returns false when the holder is to end too. */
-bool daemon_ended(struct holder *h, pid_t pid, int status)
-{
-	bool crashed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-	char how[64];
-
-	if (WIFSIGNALED(status))
-		snprintf(how, sizeof(how), "killed by signal %d", WTERMSIG(status));
-	else
-		snprintf(how, sizeof(how), "exit status %d", WEXITSTATUS(status));
-	if (pid == h->next.pid) {
-		upgrade_on_next_end(h, pid, how);
-		return true;
-	}
-	if (pid != h->cur.pid)
-		return true; /* an upgraded daemon's end */
-	if (h->stopping || h->unmounted)
-		return false;
-	if (h->next.ready && !upgrade_next_has_ended(h)) { /* it died while it drained */
-		log_err("holder: daemon %ld ended while it drained (%s)", (long)pid, how);
-		daemon_close(&h->cur);
-		if (upgrade_switch(h, true))
-			return true;
-		crashed = false; /* the new one ended too: as below */
-	}
-	if (h->drain_sent) {
-		/* It drained for an upgrade whose daemon ended before it took
-		 * over: not an unmount (unless the mount table says so). */
-		mount_changed(h);
-		if (h->unmounted)
-			return false;
-		char exe[32];
-		snprintf(exe, sizeof(exe), "/proc/self/fd/%d", h->drain_exe_fd);
-		log_warn("holder: daemon %ld ended (%s) after it drained for an upgrade that failed; "
-			 "a fresh daemon takes over", (long)pid, how);
-		daemon_close(&h->cur);
-		h->drain_sent = false;
-		bool ok = restart(h, 0, h->drain_exe_fd >= 0 ? exe : NULL);
-		upgrade_drain_exe_close(h);
-		return ok;
-	}
-	if (!crashed) {
-		log_info("holder: daemon %ld ended: the file system was unmounted", (long)pid);
-		daemon_close(&h->cur);
-		return false;
-	}
-	return on_crash(h, pid, status, how);
 }

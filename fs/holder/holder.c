@@ -6,12 +6,16 @@
  * (the file system was unmounted) ends the holder. Descriptors the daemons
  * give it are kept across them (src/restart/keeper.h).
  * This file owns that life (holder_run) and its loop: the signals, the
- * daemons' messages and lifelines it waits for. Beside it: daemons.c,
- * upgrade.c, poison.c, mount.c (holder_i.h says what each gives). */
+ * daemons' messages and lifelines it waits for, what a daemon's end leads
+ * to (the next daemon, an upgrade's outcome, the holder's end) and the
+ * wait for the last ones at the end. Beside it, below it: upgrade.c,
+ * poison.c, mount.c, and under them all daemons.c (holder_i.h says what
+ * each gives). */
 #include "autoconf.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -35,10 +39,12 @@
  * past their last system call before the next daemon is started anyway
  * once it has wholly ended (SIGCHLD). */
 #define DYING_WAIT_MS 1000
+/* How long a stopped or drained daemon may take to end before SIGKILL. */
+#define STOP_GRACE_MS 10000
 
 /* The first daemon is ready (or is not): the parent of a daemonized holder
  * exits with that, saying why it failed. */
-void holder_notify_parent(struct holder *h, int rc, const char *why)
+static void holder_notify_parent(struct holder *h, int rc, const char *why)
 {
 	if (h->notify_fd < 0)
 		return;
@@ -156,7 +162,7 @@ static void on_fds(struct holder *h, struct daemon *d)
 }
 
 /* What a daemon that died may still have said (its READY). */
-void holder_read_last_words(struct holder *h, struct daemon *d)
+static void holder_read_last_words(struct holder *h, struct daemon *d)
 {
 	for (int i = 0; i < 16 && d->ctl >= 0; i++) {
 		struct pollfd p = { .fd = d->ctl, .events = POLLIN };
@@ -164,6 +170,84 @@ void holder_read_last_words(struct holder *h, struct daemon *d)
 			break;
 		on_ctl(h, d);
 	}
+}
+
+/* The serving daemon died (crashed): the next one is started. */
+static bool on_crash(struct holder *h, pid_t pid, int status, const char *how)
+{
+	char why[KEEPER_TAG_MAX + PATH_MAX + 64];
+
+	holder_read_last_words(h, &h->cur);
+	bool was_ready = h->cur.ready;
+	int64_t lived = holder_now_ns() - h->cur.started;
+	if (!was_ready)
+		daemon_why_not_served(h, &h->cur, how, why, sizeof(why));
+	daemon_close(&h->cur);
+	if (!was_ready && h->restarts == 0 && h->upgrades == 0) {
+		log_err("holder: the daemon ended (%s) before it served: %s", how, why);
+		holder_notify_parent(h, -EIO, "the daemon ended before it served (see the log)");
+		h->failed = true;
+		return false;
+	}
+	if (was_ready || WIFSIGNALED(status)) /* one that could not serve read nothing */
+		poison_check(h, status);
+	upgrade_check_death(h, pid, how);
+	int delay = daemon_restart_delay(h, was_ready, lived);
+	if (!was_ready)
+		daemon_start_failed(h, pid, why);
+	else
+		log_err("holder: daemon %ld died (%s); starting the next%s", (long)pid, how,
+			delay ? " after a pause (daemons die one after the other)" : "");
+	return daemon_restart(h, delay, NULL);
+}
+
+/* A daemon ended: returns false when the holder is to end too. */
+static bool on_daemon_end(struct holder *h, pid_t pid, int status)
+{
+	bool crashed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+	char how[64];
+
+	if (WIFSIGNALED(status))
+		snprintf(how, sizeof(how), "killed by signal %d", WTERMSIG(status));
+	else
+		snprintf(how, sizeof(how), "exit status %d", WEXITSTATUS(status));
+	if (pid == h->next.pid) {
+		upgrade_on_next_end(h, pid, how);
+		return true;
+	}
+	if (pid != h->cur.pid)
+		return true; /* an upgraded daemon's end */
+	if (h->stopping || h->unmounted)
+		return false;
+	if (h->next.ready && !upgrade_next_has_ended(h)) { /* it died while it drained */
+		log_err("holder: daemon %ld ended while it drained (%s)", (long)pid, how);
+		daemon_close(&h->cur);
+		if (upgrade_switch(h, true))
+			return true;
+		crashed = false; /* the new one ended too: as below */
+	}
+	if (h->drain_sent) {
+		/* It drained for an upgrade whose daemon ended before it took
+		 * over: not an unmount (unless the mount table says so). */
+		mount_changed(h);
+		if (h->unmounted)
+			return false;
+		char exe[32];
+		snprintf(exe, sizeof(exe), "/proc/self/fd/%d", h->drain_exe_fd);
+		log_warn("holder: daemon %ld ended (%s) after it drained for an upgrade that failed; "
+			 "a fresh daemon takes over", (long)pid, how);
+		daemon_close(&h->cur);
+		h->drain_sent = false;
+		bool ok = daemon_restart(h, 0, h->drain_exe_fd >= 0 ? exe : NULL);
+		upgrade_drain_exe_close(h);
+		return ok;
+	}
+	if (!crashed) {
+		log_info("holder: daemon %ld ended: the file system was unmounted", (long)pid);
+		daemon_close(&h->cur);
+		return false;
+	}
+	return on_crash(h, pid, status, how);
 }
 
 /* Returns false when the holder is to end. */
@@ -180,7 +264,7 @@ static bool on_signal(struct holder *h)
 			pid_t pid = waitpid(-1, &status, WNOHANG);
 			if (pid <= 0)
 				return true;
-			if (!daemon_ended(h, pid, status))
+			if (!on_daemon_end(h, pid, status))
 				return false;
 		}
 	case SIGHUP:
@@ -238,7 +322,7 @@ static bool on_lifeline(struct holder *h)
 		 "%.2f ms after its lifeline broke", (long)d->pid,
 		 (double)(holder_now_ns() - broke) / 1e6);
 	drain_links(h, d);
-	return daemon_ended(h, d->pid, code);
+	return on_daemon_end(h, d->pid, code);
 }
 
 /* What poll waits for at most: an upgrade's daemon to be ready, or the
@@ -295,6 +379,39 @@ static void serve(struct holder *h)
 		if (p[6].fd >= 0 && h->cur.pid == life_of && p[6].fd == h->cur.life &&
 		    (p[6].revents & (POLLIN | POLLHUP | POLLERR)) && !on_lifeline(h))
 			return;
+	}
+}
+
+/* Waits (bounded) for every daemon to end: one that has not ended
+ * UNMOUNTED_END_MS after it was told to stop has the FUSE connection
+ * aborted under it (a thread of its own may wait for an answer from its
+ * own mount that no daemon gives: the attach socket's bind); SIGKILL after
+ * the grace. */
+static void reap_all(struct holder *h)
+{
+	int64_t now = holder_now_ns(), until = now + (int64_t)STOP_GRACE_MS * 1000000;
+	int64_t abort_at = now + (int64_t)UNMOUNTED_END_MS * 1000000;
+
+	while (h->cur.pid > 0 || h->next.pid > 0) {
+		if (abort_at && holder_now_ns() > abort_at && h->cur.pid > 0) {
+			abort_at = 0; /* once */
+			mount_abort_connection(h);
+		}
+		int status;
+		pid_t pid = waitpid(-1, &status, WNOHANG);
+		if (pid == h->cur.pid)
+			daemon_close(&h->cur);
+		else if (pid == h->next.pid)
+			daemon_close(&h->next);
+		else if (pid < 0 && errno == ECHILD)
+			break;
+		if (pid <= 0) {
+			if (holder_now_ns() > until) {
+				daemon_stop(&h->cur, SIGKILL);
+				daemon_stop(&h->next, SIGKILL);
+			}
+			usleep(10000);
+		}
 	}
 }
 
@@ -359,7 +476,7 @@ int holder_run(struct fuse_args *args, const struct holder_options *o)
 	serve(&h);
 	rc = h.failed ? 1 : 0;
 	if (h.stopping || h.cur.pid > 0 || h.next.pid > 0)
-		daemon_reap_all(&h);
+		reap_all(&h);
 	log_info("holder: unmounting %s (%llu restarts, %llu upgrades)", o->mountpoint,
 		 (unsigned long long)h.restarts, (unsigned long long)h.upgrades);
 out_unmount:

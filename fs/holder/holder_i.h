@@ -1,10 +1,12 @@
 /* What the files of fs/holder/ share (other folders see only
  * fs/holder/holder.h): the holder's state, its daemons, and the functions
  * one file of the folder gives the others. holder.c runs the loop that
- * waits for what happens; daemons.c starts and ends daemons; upgrade.c
- * replaces the serving daemon and records how that went; poison.c answers
- * EIO the request that kills daemon after daemon; mount.c makes the mount
- * and sees it go. */
+ * waits for what happens and decides what a daemon's end leads to;
+ * upgrade.c replaces the serving daemon and records how that went;
+ * poison.c answers EIO the request that kills daemon after daemon; mount.c
+ * makes the mount and sees it go; daemons.c starts, stops and describes
+ * daemons. Calls go one way: holder.c -> upgrade.c, poison.c, mount.c ->
+ * daemons.c, which calls none of the others. */
 #ifndef ARTFS_FS_HOLDER_I_H
 #define ARTFS_FS_HOLDER_I_H
 
@@ -86,19 +88,16 @@ static inline int64_t holder_now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* holder.c: the loop */
-void holder_notify_parent(struct holder *h, int rc, const char *why);
-void holder_read_last_words(struct holder *h, struct daemon *d);
-
 /* daemons.c: starting and ending daemons */
 void daemon_close(struct daemon *d);
 int daemon_start(struct holder *h, struct daemon *d, enum takeover_start start, const char *exe);
 void daemon_stop(struct daemon *d, int sig);
-void daemon_reap_all(struct holder *h);
 void daemon_why_not_served(const struct holder *h, struct daemon *d, const char *how, char *why,
 			   size_t len);
+void daemon_start_failed(struct holder *h, pid_t pid, const char *why);
 void daemon_start_succeeded(struct holder *h, pid_t pid);
-bool daemon_ended(struct holder *h, pid_t pid, int status);
+int daemon_restart_delay(struct holder *h, bool was_ready, int64_t lived);
+bool daemon_restart(struct holder *h, int delay_ms, const char *exe);
 
 /* upgrade.c: upgrades and their outcome */
 __attribute__((format(printf, 4, 5)))
