@@ -1,7 +1,8 @@
 /* What the files of the batch publish (.put, DESIGN.md §3.7) share: the
- * open batch file (struct put), its records and the flush of its queue,
- * and the functions each of put.c, put_queue.c, put_records.c and
- * put_handover.c gives the others. Other files see only r3/put.h. */
+ * batch's limits, the open batch file (struct put), its records and the
+ * flush of its queue, and the functions each of put_lines.c, put_queue.c,
+ * put_records.c and put_handover.c gives the others. Other files see only
+ * r3/put.h. */
 #ifndef ARTFS_PUT_I_H
 #define ARTFS_PUT_I_H
 
@@ -14,8 +15,28 @@
 #include "artfs/artfs.h"
 #include "format/envelope.h"
 #include "lib/parallel.h"
-#include "r3/put.h"
 #include "state/base.h"
+
+/* Records one batch may hold (its result lines are kept until close). */
+#define PUT_RECORDS_MAX (1u << 20)
+/* Records queued before they are staged side by side and committed; with
+ * remote=, also those sent to the cluster in one pipelined round. */
+#define PUT_PIPELINE 64
+/* Bytes of queued records one batch file buffers (charged to
+ * materialize_max=), and the largest record buffered: a larger one goes
+ * to its publish as it comes. */
+#define PUT_QUEUE_BYTES (16u << 20)
+#define PUT_BUFFER_RECORD_MAX (1u << 20)
+/* Records per thread when a flush stages them side by side. */
+#define PUT_PER_THREAD 4
+/* A write at least this large begins a flush that stages its records as
+ * they are read (most records are a few KiB). */
+#define PUT_STREAM_MIN (32u << 10)
+/* How long after the open of a batch file the flush threads stay awake
+ * for its first write (parallel_warm). */
+#define PUT_WARM_NS 1000000
+/* How long the request after a write waits awake for its commits. */
+#define PUT_WAIT_AWAKE_NS 1000000
 
 enum put_state {
 	PUT_LINE,    /* <wv>/.put: reading `<hash>\n` */
@@ -113,7 +134,7 @@ struct put {
 	size_t results_len, results_cap;
 };
 
-/* put.c: the batch file, its requests and its result lines. */
+/* put_lines.c: the result lines, and the batch's name in the log. */
 /* The batch's place, for the log: its version's name, or .keys. */
 const char *put_where(const struct put *p);
 /* The result lines' memory, charged to materialize_max=: -ENOMEM. */

@@ -1,6 +1,7 @@
 /* Loading a checkpoint onto GPUs: the request checked, every rank's slab
  * planned, room allocated, and the load thread that reads the files into
- * the slabs; the config's weights loaded at the mount. */
+ * the slabs; the config's weights loaded at the mount; and unload, which
+ * takes any weights out of the namespace. */
 #include "autoconf.h"
 
 #include <ctype.h>
@@ -14,6 +15,8 @@
 #include "format/key.h"
 #include "gpu/gpu.h"
 #include "lib/log.h"
+#include "state/expiry.h"
+#include "state/ids.h"
 #include "weights/weights.h"
 #include "weights/weights_i.h"
 
@@ -150,22 +153,6 @@ static void *load_main(void *arg)
 }
 
 /* ---- load and unload ------------------------------------------------------------- */
-
-struct version *weights_version_for(struct tree *t, const char *wv, int *rc)
-{
-	pthread_mutex_lock(&t->lock);
-	struct version *v = index_version_find(&t->idx, wv);
-	if (v)
-		node_ref(&v->node);
-	pthread_mutex_unlock(&t->lock);
-	if (v)
-		return v;
-	/* Weights may come before any R3 object: make the version. */
-	*rc = version_make(t, wv, &v);
-	if (*rc == -EEXIST)
-		*rc = 0;
-	return *rc < 0 ? NULL : v;
-}
 
 bool weights_quant_allowed(struct tree *t, const struct checkpoint *c)
 {
@@ -413,6 +400,31 @@ int weights_load(struct tree *t, const char *wv, const char *dir, const char *gp
 		 ckpt.layout == CHECKPOINT_HF ? "Hugging Face, replicated" : "vLLM sharded",
 		 ckpt.nfiles, w->bytes_total, w->gpus);
 	return load_start(t, w);
+}
+
+int weights_unload(struct tree *t, const char *wv)
+{
+	pthread_mutex_lock(&t->lock);
+	struct version *v = index_version_find(&t->idx, wv);
+	struct weights *w = v ? v->weights : NULL;
+	if (w)
+		v->weights = NULL;
+	uint64_t parent = v ? node_id(t, &v->node) : 0;
+	pthread_mutex_unlock(&t->lock);
+	if (!w)
+		return -ENOENT;
+	pthread_mutex_lock(&w->mu);
+	w->unloaded = true;
+	atomic_store(&w->load.cancel, 1);
+	uint32_t attached = w->attached;
+	weights_unkeep_locked(w);
+	weights_release_gpu_locked(w);
+	pthread_mutex_unlock(&w->mu);
+	expiry_forget(t, parent, "weights");
+	log_info("weights %s: unloaded%s", wv,
+		 attached ? "; their GPU memory is freed once the attached engines unmap it" : "");
+	node_unref(&w->node, 1); /* the version's */
+	return 0;
 }
 
 /* How long a daemon that took over waits before it makes its GPU contexts

@@ -1,7 +1,7 @@
 /* The weights of each version: the registry (the tree's list and the
- * version's pointer), their GPU memory's lifetime, unload and shutdown,
- * and their status text. The rest of the folder: load.c (a load),
- * manifest.c, files.c (the weights/ nodes), attach.c (rank<k>), keep.c
+ * version's pointer, the version made for weights), their GPU memory's
+ * lifetime, shutdown, and their status text. The rest of the folder:
+ * load.c (a load, and unload), manifest.c, files.c (the weights/ nodes), attach.c (rank<k>), keep.c
  * (kept by the holder), direct.c (the GPU-direct publish), socket.c (the
  * attach socket); weights_i.h is what they share. */
 #include "autoconf.h"
@@ -15,8 +15,6 @@
 
 #include "gpu/gpu.h"
 #include "lib/log.h"
-#include "state/expiry.h"
-#include "state/ids.h"
 #include "weights/weights.h"
 #include "weights/weights_i.h"
 
@@ -106,7 +104,7 @@ void weights_init_nodes(struct weights *w, int nranks)
 	}
 }
 
-/* ---- the registry: unload and shutdown ------------------------------------------- */
+/* ---- the registry and shutdown ---------------------------------------------------- */
 
 /* Puts w on the tree's list, which shutdown frees; a load also counts as
  * running until its thread ends. */
@@ -120,29 +118,20 @@ void weights_all_add(struct tree *t, struct weights *w, bool loading)
 	pthread_mutex_unlock(&t->weights_mu);
 }
 
-int weights_unload(struct tree *t, const char *wv)
+struct version *weights_version_for(struct tree *t, const char *wv, int *rc)
 {
 	pthread_mutex_lock(&t->lock);
 	struct version *v = index_version_find(&t->idx, wv);
-	struct weights *w = v ? v->weights : NULL;
-	if (w)
-		v->weights = NULL;
-	uint64_t parent = v ? node_id(t, &v->node) : 0;
+	if (v)
+		node_ref(&v->node);
 	pthread_mutex_unlock(&t->lock);
-	if (!w)
-		return -ENOENT;
-	pthread_mutex_lock(&w->mu);
-	w->unloaded = true;
-	atomic_store(&w->load.cancel, 1);
-	uint32_t attached = w->attached;
-	weights_unkeep_locked(w);
-	weights_release_gpu_locked(w);
-	pthread_mutex_unlock(&w->mu);
-	expiry_forget(t, parent, "weights");
-	log_info("weights %s: unloaded%s", wv,
-		 attached ? "; their GPU memory is freed once the attached engines unmap it" : "");
-	node_unref(&w->node, 1); /* the version's */
-	return 0;
+	if (v)
+		return v;
+	/* Weights may come before any R3 object: make the version. */
+	*rc = version_make(t, wv, &v);
+	if (*rc == -EEXIST)
+		*rc = 0;
+	return *rc < 0 ? NULL : v;
 }
 
 void weights_shutdown(struct tree *t)

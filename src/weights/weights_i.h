@@ -91,14 +91,14 @@ void weights_free(struct weights *w);
 void weights_init_nodes(struct weights *w, int nranks);
 /* Puts w on the tree's list; a load also counts as running. */
 void weights_all_add(struct tree *t, struct weights *w, bool loading);
+/* wv's version (referenced), made if missing; NULL with -errno in *rc. */
+struct version *weights_version_for(struct tree *t, const char *wv, int *rc);
 /* The status file's text (malloc'd), or NULL without memory. */
 char *weights_status_text(struct weights *w);
 
 /* load.c: planning a load. */
 uint64_t weights_align_up(uint64_t v, uint64_t a);
 const struct gpu_device *weights_device_find(const struct gpu_device *devs, int n, int index);
-/* wv's version (referenced), made if missing; NULL with -errno in *rc. */
-struct version *weights_version_for(struct tree *t, const char *wv, int *rc);
 /* Whether c's quantization is served zero-copy (allow_quant=). */
 bool weights_quant_allowed(struct tree *t, const struct checkpoint *c);
 
