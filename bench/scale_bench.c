@@ -36,7 +36,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,17 +51,6 @@
 #define SAMPLE_SEED 0x73616d706c650001ull
 #define STAT_SAMPLES 10000
 #define READ_SAMPLES 2000
-
-void scale_fmt_path(char *buf, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	int n = vsnprintf(buf, len, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= len)
-		bench_die("path too long: %s...", buf);
-}
 
 /* Unbiased enough for sampling: n is far below 2^64. */
 static size_t rng_below(uint64_t *s, size_t n)
@@ -178,7 +166,7 @@ static void run_empty(const struct cfg *c, struct results *res)
 	uint64_t exit_ns;
 
 	scale_store_remove(c->empty);
-	scale_fmt_path(path, sizeof(path), "%s/daemon-empty.log", c->workdir);
+	bench_fmt_path(path, sizeof(path), "%s/daemon-empty.log", c->workdir);
 	scale_daemon_start(c, c->empty, path, &d);
 	res->rss_empty_kb = d.rss_kb;
 	res->hwm_empty_kb = d.hwm_kb;
@@ -226,7 +214,7 @@ static void run_starts(const struct cfg *c, struct results *res, struct daemon_r
 	double idx_ms[16];
 	uint64_t start_ns[16], exit_ns;
 
-	scale_fmt_path(path, sizeof(path), "%s/daemon-full.log", c->workdir);
+	bench_fmt_path(path, sizeof(path), "%s/daemon-full.log", c->workdir);
 	printf("\nfull store: %u start%s (fork -> mount listed in /proc/self/mounts)\n", c->starts,
 	       c->starts == 1 ? "" : "s");
 	for (unsigned s = 0; s < c->starts; s++) {
@@ -287,9 +275,9 @@ static void clean_workdir(const struct cfg *c)
 	scale_store_remove(c->store);
 	scale_store_remove(c->empty);
 	unlink(c->marker);
-	scale_fmt_path(path, sizeof(path), "%s/daemon-empty.log", c->workdir);
+	bench_fmt_path(path, sizeof(path), "%s/daemon-empty.log", c->workdir);
 	unlink(path);
-	scale_fmt_path(path, sizeof(path), "%s/daemon-full.log", c->workdir);
+	bench_fmt_path(path, sizeof(path), "%s/daemon-full.log", c->workdir);
 	unlink(path);
 	rmdir(c->mnt);
 	rmdir(c->workdir);

@@ -72,12 +72,6 @@ struct results {
 	int exit_status;
 };
 
-/* scale_bench.c */
-
-/* snprintf into a fixed buffer; a path that does not fit is fatal. */
-void scale_fmt_path(char *buf, size_t len, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
 /* scale_daemon.c */
 
 /* This process is the main one: a fatal error in it (bench_die) unmounts

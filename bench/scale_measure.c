@@ -78,7 +78,7 @@ static void store_path(const struct cfg *c, size_t idx, char *buf, size_t len)
 	const struct object *o = &c->obj[idx];
 
 	key_hex(o->hash, HASH_BYTES, hex);
-	scale_fmt_path(buf, len, "%s/v/%s/%s", c->store, c->wv[o->ver], hex);
+	bench_fmt_path(buf, len, "%s/v/%s/%s", c->store, c->wv[o->ver], hex);
 }
 
 /* Reference for the start: what indexing costs the kernel alone, in-process:
@@ -92,7 +92,7 @@ void scale_measure_raw_scan(const struct cfg *c, struct results *res)
 		size_t n = 0;
 		uint64_t t0 = bench_now_ns();
 		for (size_t v = 0; v < c->versions; v++) {
-			scale_fmt_path(path, sizeof(path), "%s/v/%s", c->store, c->wv[v]);
+			bench_fmt_path(path, sizeof(path), "%s/v/%s", c->store, c->wv[v]);
 			DIR *d = opendir(path);
 			struct dirent *e;
 			struct stat st;
@@ -187,8 +187,8 @@ void scale_measure_listing(const struct cfg *c, struct results *res)
 {
 	char dir[PATH_MAX + 32], raw[PATH_MAX + 32];
 
-	scale_fmt_path(dir, sizeof(dir), "%s/%s", c->mnt, BIG_WV);
-	scale_fmt_path(raw, sizeof(raw), "%s/v/%s", c->store, BIG_WV);
+	bench_fmt_path(dir, sizeof(dir), "%s/%s", c->mnt, BIG_WV);
+	bench_fmt_path(raw, sizeof(raw), "%s/v/%s", c->store, BIG_WV);
 	printf("\nlisting %s (%zu objects); reference: the same on the store's tmpfs\n", dir,
 	       c->big);
 	for (int r = 0; r < LIST_RUNS; r++)

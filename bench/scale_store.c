@@ -195,7 +195,7 @@ static bool store_complete(const struct cfg *c)
 	for (int i = 0; i < 2; i++) {
 		const struct object *o = &c->obj[probe[i]];
 		key_hex(o->hash, HASH_BYTES, hex);
-		scale_fmt_path(path, sizeof(path), "%s/v/%s/%s", c->store, c->wv[o->ver], hex);
+		bench_fmt_path(path, sizeof(path), "%s/v/%s/%s", c->store, c->wv[o->ver], hex);
 		if (stat(path, &st) < 0)
 			return false;
 	}

@@ -285,3 +285,14 @@ void bench_u1_array(struct array_desc *a, uint64_t d0, uint64_t d1, uint64_t d2)
 	a->shape[1] = d1;
 	a->shape[2] = d2;
 }
+
+void bench_fmt_path(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	int n = vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= len)
+		bench_die("path too long: %s...", buf);
+}

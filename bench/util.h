@@ -27,6 +27,10 @@ extern void (*bench_die_hook)(void);
  * bench_die_hook, exits with status 1. */
 void bench_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
+/* A path formatted into buf (len bytes); one that does not fit dies. */
+void bench_fmt_path(char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* malloc that dies when out of memory; 0 bytes is an allocation of 1. */
 void *bench_xmalloc(size_t len);
 
