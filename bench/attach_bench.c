@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* attach_bench: time from process start to every tensor of a preloaded
  * rank usable, through libartfs (ioctl, the slabs from .artfs/attach, their
  * mapping, the manifest).

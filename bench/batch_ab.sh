@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # R3 batch put/get (bench/batch_bench.py) of two builds taking turns on one
 # host: a build before a change ($1) and one with it ($2), each mounted
 # fresh over an empty store in /dev/shm for each of `rounds` rounds, in

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """batch_bench: vLLM-style put/get through .keys/.put and .keys/.get against
 the raw tmpfs store that vLLM's SHM backend uses, in one process, same data.
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* link_bench: how fast committed objects can be linked into place on the
  * store's file system, from 1, 2, 4 and 8 threads at once, into one
  * directory (as artfs links a version's objects today) or spread over 16.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* materialize_bench: one request's R3 array through <wv>/.materialize against
  * what a client without artfs does in-process (vLLM's artifact connector):
  * read every object of the request from a raw tmpfs store, validate it and

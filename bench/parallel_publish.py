@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """parallel_publish: many processes publish single objects into one version
 at once, through the mount and into the raw tmpfs store (vLLM's SHM backend's
 algorithm), same data, same process count.

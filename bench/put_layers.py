@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """put_layers: where an engine's batch publish spends its time, layer by
 layer, same objects and batch size, in turns:
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """put_memory: what open .put files make the daemon hold (issue #25, item 2).
 
     /usr/bin/python3 bench/put_memory.py <artfs binary> [files] [records] [materialize_max]

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """put_phases: where a batch `.keys/.put` spends its time, for one or more
 daemons mounted in turn, against the raw tmpfs store in the same round.
 

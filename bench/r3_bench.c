@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* r3_bench: R3 objects through an artfs mount against the raw tmpfs store
  * that vLLM's SHM backend uses, in one process, on the same data.
  *

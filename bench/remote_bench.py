@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """remote_bench: R3 across nodes through a Redis Cluster (DESIGN.md §7).
 
     /usr/bin/python3 bench/remote_bench.py <artfs binary> <workdir> [blocks] [rounds]

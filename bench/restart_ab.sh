@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The restart gap of two builds taking turns on one host (bench/
 # restart_bench.py, empty store): a build before a change ($1) and one with
 # it ($2), each `rounds` times, with daemons killed 0.3 s after they serve

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """restart_bench: what a client sees when artfs's daemon restarts under the
 same mount (DESIGN.md §8), measured from the outside.
 

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The restart measurements of bench/restart_bench.py on one host, over an
 # empty store and over a store of a million objects (written by
 # bench/scale_bench), from a build tree (default: the static binaries of

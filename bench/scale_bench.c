@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* scale_bench: artfs over one large store, measured from the outside.
  *
  *   scale_bench [--regen] [--clean] [--starts=N] <artfs-daemon> <workdir>

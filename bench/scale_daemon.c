@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* scale_bench's daemon: started as a child on a store (the mount's holder,
  * which runs the daemon that serves), waited for, measured (its log, its
  * memory) and stopped; and leaving nothing behind: every failure path and

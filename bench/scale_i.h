@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the files of scale_bench share: the run's configuration and the
  * objects of its store, the daemon under test, the measurements, and the
  * functions each file gives the others (scale_daemon.c: the daemon and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* scale_bench's measurements through the mount, each beside its reference
  * on the store's tmpfs (in-process, no FUSE, no checks): the scan that
  * indexing costs, listing the big version, stat and open+read of random

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* scale_bench's store: written straight to disk in the daemon's layout,
  * <store>/v/<wv>/<hash> = the envelope bytes as published, by one process
  * per few versions; names and payloads from a fixed seed, so that a

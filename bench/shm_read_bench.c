@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* shm_read_bench: why the first read of a checkpoint just written into a
  * tmpfs is slower than the next (bench/RESULTS, "First read after a
  * write"), and which way of reading it avoids that.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers shared by the benchmark programs (r3_bench, materialize_bench,
  * scale_bench): fatal errors, allocation, the clock, a seeded RNG, whole-file
  * I/O, flat directories, medians, the command line, and the publish, the raw

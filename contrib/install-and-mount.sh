@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Installs what artfs needs, builds and installs it, and mounts it with its
 # defaults on /mnt/artifacts (store /dev/shm/artfs, capacity 8G). For Debian
 # 12, as root. allow_other lets engines and trainers of any user reach it.

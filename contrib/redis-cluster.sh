@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # A small Redis Cluster on loopback, to try artfs's remote= tier and for its
 # tests: 6 redis-server
 # (3 masters, 1 replica each) bound to 127.0.0.1, nothing persisted.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The request loop: one thread at a time reads requests (the leader) and
  * answers them itself. On few cores a FUSE round trip costs mostly the
  * wake-up of whoever takes the request, and libfuse's multi-threaded loop

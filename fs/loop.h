@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* artfs's request loop: one thread reads and answers requests; a slow one
  * hands the reading to another thread first (see loop.c). */
 #ifndef ARTFS_FS_LOOP_H

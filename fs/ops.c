@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* FUSE low-level operations: each handler calls the core (src/ns/tree.h) and
  * turns its result into a reply. Nothing else lives here. */
 #include "autoconf.h"

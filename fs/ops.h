@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The FUSE low-level operation table of artfs; userdata is a struct tree. */
 #ifndef ARTFS_FS_OPS_H
 #define ARTFS_FS_OPS_H

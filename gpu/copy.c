@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* GPU-direct publish (DESIGN.md §4.3): another process's tensors, handed over
  * as CUDA IPC handles, copied device to device into a slab of the daemon's
  * own: on the same GPU, or peer to peer over NVLink when the target is

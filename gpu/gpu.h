@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The CUDA side of the weight cache (DESIGN.md §4): devices, slabs (CUDA
  * VMM allocations with a POSIX descriptor each, DESIGN.md §8), and the loader that streams checkpoint bytes
  * disk -> pinned host buffers -> GPU. Built only when CUDA is found;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The load pipeline: reader threads read checkpoint chunks into pinned host
  * buffers (pread from a disk; where the file is in memory, a copy out of
  * its mapping: gpu/source.h), several reads in flight, and copy each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The loader's side of the GPU warm-up (gpu/device.c). */
 #ifndef ARTFS_GPU_LOADER_H
 #define ARTFS_GPU_LOADER_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* NCCL, loaded when a replicated load first needs it: a daemon that never
  * broadcasts runs where libnccl is absent. */
 #ifndef ARTFS_GPU_NCCL_H

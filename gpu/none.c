@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The GPU backend of a build without CUDA: the same functions as gpu/, each
  * saying that there is no GPU support, so the core never needs #ifdef. */
 #include "autoconf.h"

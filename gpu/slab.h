@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Device slabs: one CUDA VMM allocation each (gpu/vmm.c), sized in 2 MiB
  * units, mapped here and shared by its POSIX descriptor. */
 #ifndef ARTFS_GPU_SLAB_H

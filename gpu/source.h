@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A checkpoint file whose bytes are in memory (tmpfs, a warm page cache),
  * read by the loader through a mapping instead of pread(2).
  *

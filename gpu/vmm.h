@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* GPU memory that outlives the process that allocated it (DESIGN.md §8):
  * CUDA VMM allocations (cuMemCreate) shared by POSIX file descriptors. A
  * descriptor alone keeps the memory (the holder keeps one per slab), a

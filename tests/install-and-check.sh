@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Installs what artfs needs, builds it, and runs the whole test suite:
 # Check unit tests (plain and sanitized) and the real-mount tests against the
 # daemon and its AddressSanitizer/UBSan build. For Debian 12, as root.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The holder's daemons: each started as this binary on disk with the
  * mount's descriptors, stopped and closed; the one that replaces a daemon
  * that ended is started after a pause when they die one after the other,

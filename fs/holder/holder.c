@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The holder's life: make the mount, record INIT, start the first daemon,
  * then wait for what comes: a daemon that dies is replaced (and told it
  * takes over from a crash), SIGHUP or a daemon's UPGRADE starts the binary

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The holder (DESIGN.md §8): what `artfs <mountpoint>` runs. It makes the
  * mount and holds it: the /dev/fuse file, the kernel's INIT request, the
  * memory the daemons share (src/restart/held.h) and the descriptors they give it

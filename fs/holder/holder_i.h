@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the files of fs/holder/ share (other folders see only
  * fs/holder/holder.h): the holder's state, its daemons, and the functions
  * one file of the folder gives the others. holder.c runs the loop that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A daemon's lifeline (DESIGN.md §8): how the holder learns that its
  * daemon is dying at the start of its death, not at its end.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The mount: made with the kernel's INIT recorded for every daemon, found
  * in /proc/self/mountinfo and watched there; when it is gone the daemon is
  * stopped, and a daemon that does not end has its FUSE connection aborted. */

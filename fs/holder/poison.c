@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Requests that kill daemon after daemon: the daemons note the requests
  * they serve (src/restart/held.h); one in flight at each of the last few
  * deaths of daemons is answered EIO instead of being sent to the next. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A daemon that a holder (fs/holder.h) started takes the session over
  * (DESIGN.md §8): its libfuse session reads the holder's /dev/fuse file
  * (mounted on /dev/fd/N), the kernel's INIT request recorded by the holder

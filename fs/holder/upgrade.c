@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Upgrades: the binary on disk is started beside the serving daemon,
  * which drains once the new one is ready and hands over to it; a failure
  * at any step leaves the old one serving (or a fresh one of its binary).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libartfs: the engine side of ARTFS_IOC_ATTACH (see artfs/client.h). */
 #include "autoconf.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What libartfs (gpu/client.c) asks of the GPU: gpu/client_cuda.c with the
  * CUDA runtime, gpu/client_none.c in a build without CUDA (every call says
  * ENODEV, as the daemon's weights do), so that the library and its API are

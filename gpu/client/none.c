@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libartfs built without CUDA: the same API, every GPU call ENODEV. */
 #include "autoconf.h"
 

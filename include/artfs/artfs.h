@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* artfs public limits and names: what a client of the mount may rely on.
  * The contract itself is DESIGN.md; this header gives its numbers to C. */
 #ifndef ARTFS_ARTFS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libartfs: attach preloaded GPU weights from an artfs mount.
  *
  *   struct artfs_fingerprint fp;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* artfs: parses the options, then is either the holder of a mount
  * (fs/holder.c: what `artfs <mountpoint>` runs) or the daemon that a
  * holder started (the environment says so: fs/takeover.h), which opens

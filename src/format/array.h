@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Array descriptions: numpy dtype strings, shapes and byte counts. */
 #ifndef ARTFS_ARRAY_H
 #define ARTFS_ARRAY_H

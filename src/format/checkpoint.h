@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A checkpoint directory for the weight loader (DESIGN.md §4.1, §4.2):
  * which safetensors files, which rank each goes to, and what the
  * fingerprint says about them.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The R3 artifact envelope, schema 3 (DESIGN.md §3.1): parse and encode.
  *
  *   u32 little-endian H (1..4096) | H bytes of JSON | payload

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Names and keys: the one place that validates namespace names and
  * derives an object's key from its path (DESIGN.md §2, §3.1). */
 #ifndef ARTFS_KEY_H

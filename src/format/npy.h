@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The one place that turns an array description into .npy bytes. */
 #ifndef ARTFS_NPY_H
 #define ARTFS_NPY_H

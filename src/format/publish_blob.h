@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The blob of a GPU-direct publish (include/artfs/artfs.h, DESIGN.md §4.3):
  * parsed and checked without CUDA, so that every bound is tested (and
  * fuzzable) where there is no GPU. Whether the handles open and the offsets

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The safetensors format (DESIGN.md §4.1): parse and check a file's header.
  *
  *   u64 little-endian N | N bytes of JSON | data buffer

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The record of ready GPU weights that the holder keeps across daemons
  * (DESIGN.md §8): what a next daemon needs to serve them without reading
  * the checkpoint again (every rank's device, fingerprint, slab size, the

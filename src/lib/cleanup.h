@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Release on scope exit (as lxcfs does): a variable declared with one of
  * these is freed or closed on every return, so an early return needs no
  * ladder of gotos. */

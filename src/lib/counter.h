@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A counter of the metrics (.artfs/metrics): an atomic, bumped from any
  * thread without a lock. Every folder's counters are of this type. */
 #ifndef ARTFS_COUNTER_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Daemon log: stderr in the foreground, syslog once daemonized. */
 #ifndef ARTFS_LOG_H
 #define ARTFS_LOG_H

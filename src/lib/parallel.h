@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One loop spread over a few threads: the calling thread and up to
  * max_threads - 1 workers of one pool that the whole daemon shares (started
  * at the first loop that wants them, never more than the CPUs - 1, kept

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A failure that explains itself: the reason goes into the caller's buffer
  * (when it gave one) and the error code comes back, so that a parser can
  * `return reason(-EINVAL, err, errlen, "...", ...)` at the place that knows. */

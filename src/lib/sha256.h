@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* SHA-256 through OpenSSL's EVP interface: one-shot and streaming. */
 #ifndef ARTFS_SHA256_H
 #define ARTFS_SHA256_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Attributes: what getattr, setattr and statfs answer for each kind of
  * node, and the extended attributes of committed objects. */
 #include "autoconf.h"

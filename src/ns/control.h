@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* .artfs/control: the write-only command file artfsctl uses. Each line is
  * one command, run when its newline arrives; the write returns its errno:
  *     load <wv> <checkpoint-dir> [gpus=0,1,...]

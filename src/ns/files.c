@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Files created and opened: create of an object (by version and hash, or
  * by key) begins its publish; open hands each kind of node to the module
  * that owns its handle. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The daemon information files under .artfs/ (DESIGN.md §2): metrics
  * (Prometheus text) and config (`key = value`), of which each open takes a
  * snapshot that its reads serve, and the write-only control file. */

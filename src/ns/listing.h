@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Directory listings: a snapshot of the names under a directory taken at
  * opendir, so that readdir offsets stay stable while objects come and go. */
 #ifndef ARTFS_LISTING_H

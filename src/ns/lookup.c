@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Lookups: the node a name in a directory stands for (asking the cluster
  * for one not here, with remote=), how long the kernel may keep the answer,
  * and the nodes of the kernel's ids. */

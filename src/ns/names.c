@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Names made and removed: mkdir of a version (or of its empty weights/),
  * the daemon's own mknod and unlink of .artfs/attach, rmdir of an empty
  * version, unlink of an object under both its names. */

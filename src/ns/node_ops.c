@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The table of node kinds: for each type of node (enum node_type), the
  * functions of the namespace that answer for it (node_ops.h). A new kind
  * of node is a row here. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What each kind of node does in the namespace: its attributes, opening
  * it, for a directory the node of a name in it and the names in it, and
  * finding it again after a takeover. The tree's calls (tree_getattr,

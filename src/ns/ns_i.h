@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the files of the tree's calls share (src/ns/start.c, attr.c,
  * lookup.c, names.c, files.c, reopen.c, tree.c; other folders see only
  * ns/tree.h): the nodes that sit inside a version or an object, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The handles a daemon before gave out (DESIGN.md §8): the kernel's fh
  * resolves to this daemon's handle, or to its file opened again from the
  * holder's record, as its kind allows (revive.c makes those that cannot

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A daemon that takes over (DESIGN.md §8) meets ids it did not give out:
  * the node ids and file handles that a daemon before gave the kernel,
  * described in the holder's memory (held.h, src/state/ids.h). This file finds

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The tree's life: opening it (alone, or in a daemon a holder started),
  * closing it, and the hand-over between two daemons (DESIGN.md §8): the
  * one before leaves what the kernel holds, this one takes it over. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Calls on open files and directories, passed to the ops of their handle
  * (what each kind does lives with the module that made the handle), and
  * whether a call is quick enough to answer on the FUSE thread. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The namespace of the mount (DESIGN.md §2) as a file system core without
  * FUSE: names resolve to nodes, nodes have attributes, files open into
  * handles. fs/ translates these calls and their negative errnos into

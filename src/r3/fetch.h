@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Local misses asked of the Redis Cluster tier (DESIGN.md §7): a value is
  * validated exactly as a publish (key, size, SHA-256) and cached in the
  * local store (capacity and expiry as usual) before it is served. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* .keys/.get (DESIGN.md §3.7): a batch read by key. Write keys (64 hex, or
  * vllm-artifact/<64 hex>, one a line), then read from offset 0: the
  * envelopes of those objects back to back, in the order asked, each exactly

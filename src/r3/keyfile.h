@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* .keys/<64 hex> (DESIGN.md §3.6): an object by its key, whatever name it
  * has; reads return the envelope exactly as published, verified first. */
 #ifndef ARTFS_KEYS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* <wv>/.materialize (DESIGN.md §3.4): one request's complete R3 array in one
  * read, validated as vLLM's connector validates it. Each open file is its
  * own transaction: write the request text, read the .npy from offset 0. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reading committed R3 objects (DESIGN.md §3.3): the served .npy bytes,
  * verified against payload_sha256 whenever they come from the store, and
  * the user.artfs.* attributes. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Publishing one R3 object (DESIGN.md §3.2): the bytes of open/write/close
  * stream into an unnamed file in the store while the envelope is checked;
  * close (or fsync) commits by linking it into place, or reports why not. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Batch publishing (DESIGN.md §3.7): the open .keys/.put or <wv>/.put
  * file, one transaction. Its requests (write, fsync, flush, read,
  * release) and their locking. Its records are read in put_records.c,

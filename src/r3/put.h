@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Batch publishing (DESIGN.md §3.7): .keys/.put takes envelopes back to
  * back, <wv>/.put takes `<block hash hex>\n` + envelope records. Each record
  * is validated and committed on its own, in order, exactly as a single

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* An upgrade (DESIGN.md §8): a drained daemon hands each open batch over
  * in its handle's record (its counters, its result lines and the bytes
  * of the record in progress), and the next daemon goes on with it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the files of the batch publish (.put, DESIGN.md §3.7) share: the
  * batch's limits, the open batch file (struct put), its records and the
  * flush of its queue, and the functions each of put_lines.c, put_queue.c,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The result lines of a batch file (r3/put.c): one `<key hex> <errno
  * name>` line per record, in memory charged to materialize_max=, and the
  * batch's errno (its first failure); and the name a batch goes by in the

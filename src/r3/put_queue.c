@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The queue of a batch file (r3/put.c), its buffer, and the flushes that
  * stage and commit its records.
  *

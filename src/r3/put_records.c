@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reading a batch's records from its writes (r3/put.c): the `<hash>\n`
  * line of each record of <wv>/.put, then its envelope's length prefix and
  * header, parsed once; the rest buffered for the queue (put_queue.c),

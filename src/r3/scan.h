@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Start-up re-index (DESIGN.md §3.5): every name in the store is an object
  * whose publish committed, since names only appear by linking a complete,
  * verified file; leftover temporary files are dropped. The daemon serves as

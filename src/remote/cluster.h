@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Redis Cluster addressing: the hash slot of a key (CRC16/XMODEM and hash
  * tags, as the Redis Cluster specification defines them) and host:port
  * lists. Pure: no I/O, so the remote client and its tests share it. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the replies of a Redis Cluster say, read from hiredis's parsed
  * replies: the slot map (CLUSTER SLOTS), the healthy replicas of each
  * shard (CLUSTER NODES), redirections (MOVED, ASK) and what an error

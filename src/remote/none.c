@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The Redis Cluster client of a build without hiredis: remote_open says so
  * and fails, so that callers never need #ifdef HAVE_HIREDIS. */
 #include "autoconf.h"

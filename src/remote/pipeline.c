@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One call: its ops grouped by node into rounds of pipelines (SET NX PX,
  * GET, WAIT 1), the replies read as they come, MOVED and ASK followed,
  * retries with a back-off until the deadline, and one log line per

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One connection to one Redis server over hiredis, with artfs's own I/O so
  * that nothing waits past a deadline: non-blocking socket, poll(), hiredis
  * only for connecting and for parsing replies. Not thread-safe: its owner

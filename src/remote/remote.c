@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The Redis Cluster client (see remote.h). What it chose where DESIGN.md
  * section 7 is silent:
  *

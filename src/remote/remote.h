@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* artfs's Redis Cluster client (DESIGN.md §7): R3 envelopes stored as
  * <prefix>:<key hex>, created once (SET NX PX) and read back, with CRC16
  * slot routing, MOVED and ASK, reconnects and slot-map refreshes.

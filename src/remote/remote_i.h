@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the files of src/remote/ share (other folders see only
  * remote/remote.h): the client, its nodes and their connections, a call's
  * ops, and the functions one file of the folder gives the others. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The client's nodes (every address ever seen), their pools of
  * connections, and the slot map learnt from CLUSTER SLOTS and CLUSTER
  * NODES; with the waits until a deadline that their locks take. */

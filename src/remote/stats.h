@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Counters and the latency histogram of the Redis Cluster client, and their
  * Prometheus text. Atomics, bumped from any thread; no I/O of its own, so
  * the client and its stub-free tests share it. */

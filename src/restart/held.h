@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the holder keeps in memory for the daemons (DESIGN.md §8): one
  * memfd that the holder makes at mount and every daemon it forks maps,
  * so that a daemon that dies leaves behind what the next one needs to

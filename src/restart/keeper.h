@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The wire between the holder (fs/holder.c: the process that makes and
  * holds the mount) and the serving daemon it forks, and the descriptors
  * the holder keeps for the daemons (DESIGN.md §8): a daemon hands the

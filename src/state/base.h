@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What every module of the namespace stands on: the daemon's shared state
  * (struct tree), open handles with their table of operations and the list
  * of them, the clock, node ids, and making a version. Modules include this,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The daemon's effective configuration: artfs's own mount options, the
  * config file, and their rendering as `key = value` lines. */
 #ifndef ARTFS_CONFIG_H

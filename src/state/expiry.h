@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Collection of idle versions (DESIGN.md §3.5, ttl=): a version with no
  * publish or read for ttl seconds, no open file and no loaded weights is
  * removed with its objects. A background thread (the janitor) collects on a

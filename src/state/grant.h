@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Attach tokens (DESIGN.md §4, §8): ARTFS_IOC_ATTACH on an open rank<k>
  * file grants its caller the rank's slab descriptors, which it fetches on
  * the mount's socket .artfs/attach with the token the ioctl returned. A

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The ids the kernel holds (DESIGN.md §8): node ids and file handles are
  * numbered in the holder's memory (held.h), where each says what it names,
  * so that the next daemon gives every one the same meaning. This file

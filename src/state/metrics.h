@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Counters of the daemon, exposed in Prometheus text format as
  * .artfs/metrics. Counters are atomics: bumped from any thread, lock-free. */
 #ifndef ARTFS_METRICS_H

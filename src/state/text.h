@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A read-only file that serves a text snapshot taken at open: .artfs/metrics,
  * .artfs/config, weights/status, weights/manifest.json. */
 #ifndef ARTFS_TEXT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Transaction files (.materialize, .keys/.get): each open is one request,
  * written as text, run at the first read, its result served by every
  * read. The request text lies in the holder's memory (src/restart/held.h), so that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The in-memory index of versions and committed objects.
  *
  * Every entity the kernel can hold an inode for is a `struct node` with a

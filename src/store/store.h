@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The on-disk store (DESIGN.md §3.5): a directory the daemon owns.
  *
  *   <store>/lock           flock'd by the running daemon, holds its pid

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unnamed temporary files (O_TMPFILE) made ahead of need by a thread of
  * their own, so that a publish takes one ready instead of making it: a
  * batch stages dozens of records at once, and making a file is a fifth of

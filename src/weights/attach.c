@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rank<k>: the open file of an attachment, and its ioctl that checks an
  * engine's request and grants a token for the slabs' descriptors (handed
  * out by the attach socket, socket.c). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The GPU-direct publish (DESIGN.md §4.3): mkdir <wv>/weights makes empty
  * weights, and each rank written to their .publish is copied GPU to GPU
  * into a slab of its own; the last rank makes them ready. */

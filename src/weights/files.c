@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The nodes under <wv>/weights: lookup, attributes, open (each file's
  * handle comes from the file that owns it) and listing. */
 #include "autoconf.h"

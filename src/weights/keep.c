@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Weights that outlive their daemon (DESIGN.md §8): the holder keeps
  * their slabs' descriptors and a record of them; the next daemon takes
  * them over without reading the checkpoint again, and finds the nodes a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Loading a checkpoint onto GPUs: the request checked, every rank's slab
  * planned, room allocated, and the load thread that reads the files into
  * the slabs; the config's weights loaded at the mount; and unload, which

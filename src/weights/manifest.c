@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What loaded or published weights say of themselves: each rank's
  * weights_fingerprint (what an attach must expect) and manifest.json. */
 #include "autoconf.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The mount's socket .artfs/attach (artfs/artfs.h, DESIGN.md §4, §8): an
  * engine that attached (ARTFS_IOC_ATTACH) connects, sends the token the
  * ioctl gave it and receives its rank's slab descriptors (SCM_RIGHTS).

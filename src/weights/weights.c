@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The weights of each version: the registry (the tree's list and the
  * version's pointer, the version made for weights), their GPU memory's
  * lifetime, shutdown, and their status text. The rest of the folder:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Preloaded GPU weights in the namespace (DESIGN.md §4):
  *
  *   <wv>/weights/manifest.json   tensor table and fingerprint, once ready

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the files of src/weights/ share (other folders see only
  * weights/weights.h): the weights and their ranks, and the functions one
  * file of the folder gives the others. */

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Builds the fuzz targets (tests/fuzz/fuzz.mk) with clang and libFuzzer.
 #     tests/fuzz/build.sh [SRCDIR [BUILDDIR]]     (default: this checkout, .)
 # BUILDDIR is a configured build directory (it holds autoconf.h); the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers shared by the fuzz targets in tests/fuzz: a reader that takes
  * structured values from the fuzzer's bytes, a private scratch directory,
  * and a check that crashes (so that libFuzzer keeps the input). */

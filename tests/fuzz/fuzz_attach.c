@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Attaching, fed any bytes at all (include/artfs/artfs.h):
  *   - the ARTFS_IOC_ATTACH request, struct artfs_attach as an engine hands
  *     it over, through weights_attach_check, the checks of the request

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Checkpoint discovery (checkpoint_open) over a directory whose file names,
  * kinds (files, directories, symlinks), safetensors headers,
  * model.safetensors.index.json and config.json all come from the input.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The cluster client's replies (DESIGN.md §7): bytes as a Redis node would
  * send them, fed in pieces (of the size the input's first two bytes give)
  * to hiredis's reply parser bounded as every connection's is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The config file and options (README "Mounting"): config_load_file over a
  * file whose content is the input, config_set with any key and value, and
  * config_parse_size, compared with a plain reading of its grammar. A file

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* .artfs/control lines: control_parse (pure), compared with a plain
  * reading of the grammar
  *     load <wv> <checkpoint-dir> [gpus=<list>]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The R3 envelope (DESIGN.md §3.1): envelope_header_len, envelope_parse
  * of a whole buffer, envelope_parse_header of a bare JSON header and
  * envelope_parse_header_like (the parser's answers, layout or not). What

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The .materialize request (DESIGN.md §3.4): materialize_parse of the text
  * a client writes, then materialize_check of the layout over envelopes
  * built from the input (as envelope_parse leaves them: 1..8 positive

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The namespace core (src/ns/tree.h) driven as the FUSE layer drives it, by a
  * sequence of operations decoded from the input: lookup, mkdir, create,
  * write (raw bytes or a valid envelope for the file's own name), flush,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* .npy headers (npy_header, npy_file_size) over array descriptions built
  * from the input, and numpy dtype strings (array_dtype_set), the parser
  * behind the envelope's "dtype". Every header must be what numpy.save

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Batch publishing (src/r3/put.c, DESIGN.md §3.7) against a model: each
  * input is a few batches through .keys/.put or v0/.put, of records drawn
  * from six keys with two contents each, some with a damaged payload, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The safetensors header (safetensors_parse) over any buffer and any file
  * size, and safetensors_read of the same bytes as a file. What parses must
  * keep every promise of safetensors.h: tensors sorted by offset, each the

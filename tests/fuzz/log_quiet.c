@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The fuzz targets' src/lib/log.c: every message is still formatted (a bad
  * argument shows under the sanitizers) but only printed with
  * ARTFS_FUZZ_LOG=1, so that a million refused inputs do not flood the

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the seed corpus of every fuzz target into tests/fuzz/corpus/<target>/.
 
     python3 tests/fuzz/make_corpus.py

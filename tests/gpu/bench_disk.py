@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Cold disk loads (issue #10) by reader threads and read size, against the
 disk's own ceiling measured just before each load in the same run: the files
 read cold by 4 threads in 64 MiB reads (bench_weights.cold_read_seconds).

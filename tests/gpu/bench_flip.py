@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Flip benchmark (issue #10): a trainer writes v2, the daemon loads it (or
 takes it GPU-direct), the engine rebinds and runs its first forward pass on
 v2; each phase timed, with the host->device, device->device and peer-to-peer

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Host-memory loads (issue #10) by the number of reader threads, 8 GiB from
 /dev/shm (three loads, the first one right after the mount) and from the
 page cache, with the pinned H2D ceiling of the same run; every setting's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPU weight benchmarks (issue: attach time, load throughput against the
 host's own ceilings, replicated two-GPU load), measured in one run.
 Prints a table and writes $OUT/gpu-bench.json."""

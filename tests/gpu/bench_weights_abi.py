@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Issue #27's figures, before and after the VMM slabs, in one run: the build
 of the commit before them ($ARTFS_OLD_BUILD, with its own Python client and
 tests/gpu in $ARTFS_OLD_BUILD/python and /gpu) and this one ($ARTFS_BUILD)

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Builds self-contained binaries for the GPU host (GPU.md: no libfuse there,
 # nothing installable): libfuse3, jansson and libcrypto linked statically,
 # the CUDA runtime statically, NCCL loaded at run time. Output: .gpu-build/

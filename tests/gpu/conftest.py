@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The GPU check's fixtures: one artfs daemon for the session (from the build
 tree in $ARTFS_BUILD), and the test checkpoints (in $ARTFS_CKPT)."""
 import os

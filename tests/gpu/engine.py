@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A stand-in engine, run as its own process by the GPU tests.
 
     engine.py compare MOUNT WV RANK CKPT [TP]    attach, compare with safetensors, print OK

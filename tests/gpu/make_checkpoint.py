@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Writes a test checkpoint: bf16, fp16, fp32 and fp8 tensors, odd small
 ones (alignment) and large ones, random bytes made on the GPU.
 

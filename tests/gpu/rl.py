@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The RL side of the GPU check (DESIGN.md §4.3), run as separate processes.
 
     rl.py save DIR SEED                  the tiny transformer, saved as safetensors (+ config.json)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """New versions while serving (DESIGN.md §4.3, issue #10): ENOMEM at once
 with attached versions untouched, artfs.torch.bind of a real module, a flip
 while an engine runs, v1 freed, GPU-direct publish on one GPU and across."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPU weights on a GPU host (DESIGN.md §4): load, attach from another
 process, compare with safetensors, and every error and lifetime rule."""
 import json

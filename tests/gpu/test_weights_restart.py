@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPU weights outlive the daemon (DESIGN.md §8, issue #27): slabs are CUDA
 VMM allocations whose descriptors the holder keeps; an engine attached
 before a crash computes on, the next daemon serves every loaded version

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Real-mount fixtures: every test gets an artfs daemon of its own (the build
 named by $ARTFS_DAEMON, normal or sanitized) on a fresh mountpoint and store."""
 import errno

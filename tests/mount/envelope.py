@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An R3 envelope encoder written for the tests, independent of artfs's C code.
 
 It follows DESIGN.md §3.1 and what vLLM's encoder writes: u32 little-endian

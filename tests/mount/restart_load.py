@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A load for the restart tests (test_restart.py): reader processes that
 compare every byte they read and say which calls failed, and publisher
 processes (by path and by .put) that retry what failed and say what they

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs the real-mount tests against one daemon build: run.sh <daemon>.
 # Exit 77 (skip) only where no FUSE mount can be made at all; a missing
 # test tool is a hard error so that CI cannot pass without running them.

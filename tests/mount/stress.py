@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Concurrency stress through a real mount, bounded in time: readers compare
 every byte they get against numpy.save while other processes publish,
 re-publish, unlink and re-publish the same keys.

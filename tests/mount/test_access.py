@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Who may publish (DESIGN.md §2: what a client may not change is read-only
 by mode bits). A batch publish (<wv>/.put, .keys/.put) needs exactly the
 permission that a publish by path needs: write permission on <wv>, or on

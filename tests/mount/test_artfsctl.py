@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """artfsctl (DESIGN.md §2, §3.4): status and materialize on real mounts,
 through nothing but the files of the mount; exit 0 success, 1 operational
 failure, 2 usage error."""

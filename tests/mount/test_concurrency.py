@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The paths added for keys and batches, driven by many processes at once
 (run against the normal daemon and its ASan/UBSan build): publishes by key
 and by path of the same objects (a key-only object gaining its name),

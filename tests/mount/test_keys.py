@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Key-addressed access and batches through the mount: DESIGN.md §3.6, §3.7,
 with the shell tools an operator uses and many processes at once."""
 import errno

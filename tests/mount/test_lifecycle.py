@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Lifetime of a store (DESIGN.md §3.5, §6): expiry, capacity, restart and
 crash safety, mounting through mount(8) and fstab, clean shutdown."""
 import hashlib

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Materializing a request through <wv>/.materialize: DESIGN.md §3.4.
 
 Each test publishes the objects of a request through the mount (with the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The namespace (DESIGN.md §2): versions, .artfs, modes, what is refused."""
 import os
 import re

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Publishing R3 objects through the mount: DESIGN.md §3.1 and §3.2."""
 import json
 import multiprocessing

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a batch publish (.put) may hold and how many records it takes
 (DESIGN.md §3.7; README, "Choices"): the memory of every open batch file,
 its queued records and its result lines alike, counts against

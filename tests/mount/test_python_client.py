@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python client (contrib/python/artfs) on what needs no GPU: R3 reads,
 attributes, materialize, and attach_weights refusing without a mount."""
 import errno

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python package's R3 API (contrib/python/artfs/r3.py): keys and
 envelopes without a mount, then publish, read_r3 and materialize through a
 real one, then the batches and key-addressed reads (.keys/.put, <wv>/.put,

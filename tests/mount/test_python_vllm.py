@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """artfs.vllm: vLLM's artifact store protocol over a real mount, vLLM's own
 store test scenarios against ArtfsArtifactStore, and register(), the
 vllm.general_plugins entry point, against the stand-in of vLLM's artifact

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Reading R3 objects: DESIGN.md §3.3 (numpy.save bytes, st_size, checksum
 before the first byte, xattrs), kernel caching, unlink, restart."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Promises under concurrency and hostile clients: never a wrong byte, never
 a corrupted daemon, bounded memory, a store that cannot hang the mount."""
 import errno

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """R3 across nodes (DESIGN.md §7): two artfs daemons with stores of their own
 (two "nodes" on one machine) over a real Redis Cluster on 127.0.0.1
 (contrib/redis-cluster.sh: 3 masters, 1 replica each), every wait bounded."""

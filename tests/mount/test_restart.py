@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The mount outlives its daemon (DESIGN.md §8): the holder (the `artfs`
 process the tests start) keeps the mount while its serving daemon is
 killed (a crash) or replaced (an upgrade). Readers see no error and no

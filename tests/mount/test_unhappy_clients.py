@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Clients of .artfs/attach that misbehave (DESIGN.md §8, "Unhappy paths"):
 any local user may connect, so none may block a thread that serving or an
 upgrade waits for, nor fill the log. The misbehaving client runs as nobody

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The holder's unhappy paths (DESIGN.md §8, "Unhappy paths"): an upgrade
 whose new daemon dies before it takes over leaves a daemon serving and
 `artfsctl upgrade` says it failed, and why, at once; a request that kills

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Unhappy paths of a daemon's start and takeover (DESIGN.md §8, "Unhappy
 paths"; issue #34): with resend=0 every request a dead daemon had read is
 answered EIO, also one it had not noted yet; every daemon of a mount serves

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPU weights where there is no GPU (DESIGN.md §4.2, issue: "without a
 GPU ... no weights/ appears and the control file answers ENODEV")."""
 import errno

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The fixture of the Redis Cluster client tests: the cluster run.sh started
  * (its ports and pid files), random keys, Prometheus samples, and admin
  * commands that ask the nodes what the client cannot (slots, roles, TTLs)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the files of the Redis Cluster client tests share (tests/remote/):
  * the cluster the test runs against (started by tests/remote/run.sh),
  * random keys and bytes, Prometheus samples, admin commands to the nodes,

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs the Redis Cluster client tests with one test program: run.sh <program>.
 # First the tests that need no cluster; then, on a fresh cluster of 6
 # redis-server on 127.0.0.1 (contrib/redis-cluster.sh), the rest. The cluster

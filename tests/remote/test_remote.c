@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Tests of the Redis Cluster client (src/remote/): the suites and main.
  *
  * Without ARTFS_REMOTE_PORT: the tests that need no cluster (slots, seed

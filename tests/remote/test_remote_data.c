@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Tests of the Redis Cluster client against a healthy cluster: values in
  * and out (sizes, NX, absent keys, TTLs), keys spread over the masters,
  * batches of one round per node, threads sharing one client, a full

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Tests of the Redis Cluster client that need no cluster: CRC16 and key
  * slots, addresses and seed lists, the metrics text, the checks of
  * remote_open's configuration, and a seed nothing listens on. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Tests of the Redis Cluster client while the cluster changes under it: a
  * resharding (MOVED), a migration half done (ASK), a replica that does not
  * acknowledge, a failover, and every server stopped then killed. They break

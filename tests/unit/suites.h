@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Check suites of the core's unit tests. */
 #ifndef ARTFS_TEST_SUITES_H
 #define ARTFS_TEST_SUITES_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Attaching weights without CUDA: the tokens of ARTFS_IOC_ATTACH
  * (src/state/grant.c), the wire of .artfs/attach and the hand-over of slab
  * descriptors (src/weights/socket.c, here with memfds standing for the slabs:

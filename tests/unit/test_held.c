@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the holder keeps for the daemons (src/restart/held.c) and the descriptors
  * it keeps for them (src/restart/keeper.c): tables that a second mapping (the next
  * daemon) finds as the first left them, free slots learnt again, texts

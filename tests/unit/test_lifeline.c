@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fs/lifeline.c: a daemon's lifeline breaks as it dies, holds nothing else
  * open, and the holder reads whether every thread is past its last system
  * call and how the process ends. Real processes: forked children with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The namespace core driven directly, without FUSE: what the mount tests
  * check through the kernel, checked here at the API the daemon uses. */
 #include "autoconf.h"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """artfs from Python: R3 objects as numpy arrays, preloaded GPU weights as
 torch tensors that alias the daemon's slabs (no copy).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The structs of include/artfs/artfs.h as Python packs them, without I/O:
 the attach ioctl's argument and the attach socket's messages (attach ABI 2),
 and the blob that <wv>/weights/.publish takes (DESIGN.md §4.3). artfs.weights

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The CUDA driver (libcuda) through ctypes: what artfs.weights needs to map
 the daemon's slabs (CUDA VMM allocations) from their descriptors. The driver
 is loaded, and torch imported for its primary context, on the first call of

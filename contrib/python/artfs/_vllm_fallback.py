@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM's artifact store classes, for where vLLM is not installed (a trainer,
 a test): same names, same hierarchy, same fields. artfs.vllm uses vLLM's
 own when it can import them."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The schema-3 envelope of an R3 object (DESIGN.md §3.1), without I/O:
 keys, encoding, decoding and validating as the daemon validates a publish,
 the layout a batch's headers are checked with, and back-to-back envelopes

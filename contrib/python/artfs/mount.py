@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Where the artfs mount is, and whether an artfs daemon serves it."""
 from __future__ import annotations
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """R3 objects through an artfs mount (DESIGN.md §3): keys, the schema-3
 envelope, publishing one object or a batch, reading by path, by key and as
 one materialized request.

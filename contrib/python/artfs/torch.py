@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch modules on artfs weights (DESIGN.md §4.3).
 
     import artfs.torch

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM's artifact store protocol over an artfs mount (DESIGN.md §3.6, §3.7).
 
 vLLM's artifact connector publishes and reads R3 objects through a store

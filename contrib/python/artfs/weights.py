@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Preloaded GPU weights (DESIGN.md §4.2): torch tensors that alias the
 daemon's slabs, without a copy. The slabs are CUDA VMM allocations: the
 attach ioctl gives a token, the mount's socket .artfs/attach gives the

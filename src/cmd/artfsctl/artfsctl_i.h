@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the files of src/cmd/artfsctl/ share: the mount a command runs on,
  * the views of the daemon's .artfs/ files, and the functions one file
  * gives the others. */

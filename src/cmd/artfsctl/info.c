@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The daemon's .artfs/config and .artfs/metrics as artfsctl reads them:
  * a whole file, cut into bounded lines, each parsed as outside input
  * (config lines through the daemon's own option table, metrics lines in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* artfsctl load and unload: GPU weights of a version, asked for through
  * .artfs/control; a load is followed through <wv>/weights/status, with a
  * progress bar on a terminal, until ready or failed. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* artfsctl: the command line of an artfs mount. It talks to the daemon only
  * through files of the mount (DESIGN.md §2): status reads .artfs/config and
  * .artfs/metrics, materialize runs one <wv>/.materialize transaction.

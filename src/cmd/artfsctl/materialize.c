@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* artfsctl materialize: one <wv>/.materialize transaction, its block
  * hashes read from stdin (each checked before it is sent), its .npy
  * copied to stdout, and what a failure of it means. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* artfsctl and the mount: a path in it, whether it is an artfs mount, a
  * line written to its .artfs/control, and the writes and the clock that
  * the commands' waits on it use. */

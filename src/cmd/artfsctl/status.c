@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* artfsctl status: .artfs/config and .artfs/metrics, read in a child that
  * is killed when the mount does not answer in time, printed as the
  * mount, its store and capacity, and one line per weight version. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* artfsctl's numbers: a count on the command line, and sizes and
  * durations written for a person (1.5 GiB, 5m03s). */
 #include "autoconf.h"

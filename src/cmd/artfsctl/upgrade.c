@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* artfsctl upgrade: asks the holder for the binary on disk to take the
  * mount over, and waits for the new daemon to serve, or for the holder's
  * record to say why it did not. */

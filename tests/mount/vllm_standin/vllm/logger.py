@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM's logging: one "vllm" logger with its own handler, not propagated."""
 import logging
 import sys

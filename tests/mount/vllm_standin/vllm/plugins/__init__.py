@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM's general plugins: every entry point of the group
 vllm.general_plugins (those named in $VLLM_PLUGINS, when set) is loaded and
 called, once per process."""

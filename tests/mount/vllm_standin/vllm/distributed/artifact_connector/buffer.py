@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The worker's rows of each request not yet published as full blocks."""
 import numpy as np
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The scheduler's and the worker's side of the artifact connector. As in
 vLLM, this module imports the shared-memory store and reader by name and
 builds them from those names: the scheduler a reader, the worker of rank 0

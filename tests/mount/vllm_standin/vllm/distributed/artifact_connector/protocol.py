@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Scheduler -> worker -> scheduler messages of the artifact connector."""
 from collections.abc import Sequence
 from dataclasses import dataclass, field

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The object format (schema-3 envelope, keys) and the request lifecycle
 that is the same whatever the store."""
 import hashlib

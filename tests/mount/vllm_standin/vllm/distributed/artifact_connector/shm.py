@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM's own store: one directory of files per engine and DP rank in
 /dev/shm. What artfs.vllm.register() replaces. Kept to its semantics:
 capacity, collisions, missing keys (no locks, no collection here)."""

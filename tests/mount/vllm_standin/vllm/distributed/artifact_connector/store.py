@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The store boundary: objects, the protocol, the error classes."""
 from dataclasses import dataclass
 from typing import Protocol
