@@ -19,6 +19,15 @@ SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime e
                    "SUMMARY: UndefinedBehaviorSanitizer")
 
 
+def artfsctl():
+    """The artfsctl of the daemon under test: $ARTFSCTL_BIN, or the one
+    beside the daemon (the sanitizer daemon lives in tests/, one up)."""
+    path = os.environ.get("ARTFSCTL_BIN") or os.path.join(os.path.dirname(DAEMON), "artfsctl")
+    if not os.path.exists(path):
+        path = os.path.join(os.path.dirname(DAEMON), "..", "artfsctl")
+    return path
+
+
 def wait_for(cond, timeout=10.0, step=0.02):
     """cond() true within timeout seconds (checked once more at the end)."""
     deadline = time.time() + timeout

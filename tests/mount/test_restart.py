@@ -18,18 +18,10 @@ import time
 import pytest
 
 import restart_load
-from conftest import is_mounted, publish, read_result, wait_for
+from conftest import artfsctl, is_mounted, publish, read_result, wait_for
 from envelope import encode, npy_bytes, routed_experts
 
 WV = restart_load.WV
-
-
-def artfsctl():
-    path = os.environ.get("ARTFSCTL_BIN") or os.path.join(
-        os.path.dirname(os.environ["ARTFS_DAEMON"]), "artfsctl")
-    if not os.path.exists(path):  # the sanitizer daemon lives in tests/
-        path = os.path.join(os.path.dirname(os.environ["ARTFS_DAEMON"]), "..", "artfsctl")
-    return path
 
 
 def summary(said):

@@ -13,8 +13,7 @@ import time
 
 import pytest
 
-from conftest import wait_for
-from test_restart import artfsctl
+from conftest import artfsctl, wait_for
 
 NOBODY = 65534
 SOCK = os.path.join(".artfs", "attach")
@@ -108,7 +107,13 @@ def ask(path, timeout):
 def start_passer(mnt, n):
     p = as_nobody(mnt, PASSER, n, SOCK)
     line = p.stdout.readline()
-    assert line.strip() == "passed", p.stderr.read() if p.poll() is not None else line
+    if line.strip() != "passed":  # it ended: say why
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+        raise AssertionError(f"the passer ended ({p.returncode}): {line!r} {p.stderr.read()}\n"
+                             + mnt.log()[-3000:])
     return p
 
 

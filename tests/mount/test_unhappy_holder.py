@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import DAEMON, Mount, wait_for
+from conftest import DAEMON, Mount, artfsctl, wait_for
 
 SHIM = r"""
 #define _GNU_SOURCE
@@ -100,13 +100,6 @@ int fuse_session_process_buf(void *se, const struct fbuf *buf)
 	return real(se, buf);
 }
 """
-
-
-def artfsctl():
-    path = os.environ.get("ARTFSCTL_BIN") or os.path.join(os.path.dirname(DAEMON), "artfsctl")
-    if not os.path.exists(path):  # the sanitizer daemon lives in tests/
-        path = os.path.join(os.path.dirname(DAEMON), "..", "artfsctl")
-    return path
 
 
 def preload(tmp_path, daemon=DAEMON):

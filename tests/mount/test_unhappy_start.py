@@ -14,20 +14,12 @@ import threading
 import time
 
 import restart_load
-from conftest import Mount, is_mounted, publish, wait_for
+from conftest import Mount, artfsctl, is_mounted, publish, wait_for
 from envelope import encode, routed_experts
 
 WV = restart_load.WV
 FUSE_READ = 15
 NOBODY = 65534
-
-
-def artfsctl():
-    path = os.environ.get("ARTFSCTL_BIN") or os.path.join(
-        os.path.dirname(os.environ["ARTFS_DAEMON"]), "artfsctl")
-    if not os.path.exists(path):  # the sanitizer daemon lives in tests/
-        path = os.path.join(os.path.dirname(os.environ["ARTFS_DAEMON"]), "..", "artfsctl")
-    return path
 
 
 # ---- the held memory's records of requests in flight (src/restart/held.h) -------------
