@@ -13,6 +13,7 @@
 #include "r3/scan.h"
 #include "remote/remote.h"
 #include "state/ids.h"
+#include "state/transaction.h"
 #include "weights/weights.h"
 
 int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen)
@@ -48,6 +49,7 @@ int tree_open_start(struct tree *t, struct artfs_config *cfg, const struct tree_
 	for (int i = 0; i < COMMIT_STRIPES; i++)
 		mutex_init_adaptive(&t->commit_locks[i]);
 	pthread_mutex_init(&t->weights_mu, NULL);
+	pthread_mutex_init(&t->results_mu, NULL);
 	pthread_cond_init(&t->weights_cv, NULL);
 	pthread_cond_init(&t->sized_cv, NULL);
 	index_init(&t->idx);
@@ -111,6 +113,8 @@ void tree_close(struct tree *t)
 	for (int i = 0; i < COMMIT_STRIPES; i++)
 		pthread_mutex_destroy(&t->commit_locks[i]);
 	pthread_mutex_destroy(&t->weights_mu);
+	transaction_results_drop(t);
+	pthread_mutex_destroy(&t->results_mu);
 	pthread_cond_destroy(&t->weights_cv);
 	pthread_cond_destroy(&t->sized_cv);
 	if (t->node_scan_started)

@@ -35,6 +35,9 @@ enum info_file { INFO_METRICS = 0, INFO_CONFIG, INFO_CONTROL, INFO_COUNT };
 
 struct handle;
 
+#define RESULTS_KEPT 4              /* result buffers kept for reuse */
+#define RESULT_KEPT_MAX (8u << 20)   /* the largest kept */
+
 struct tree {
 	struct artfs_config *cfg;
 	struct store store;
@@ -51,6 +54,12 @@ struct tree {
 	uint64_t bytes_reserved;  /* declared bytes of publishes in flight */
 	uint64_t publishing;      /* publishes in flight */
 	_Atomic uint64_t materialize_held; /* bytes held by open .materialize files */
+	/* Result buffers of ended transactions kept for the next ones
+	 * (src/state/transaction.c): a .get of 64 objects mapped and faulted
+	 * in ~100 fresh pages and unmapped them again, every batch. */
+	pthread_mutex_t results_mu;
+	struct kept_result { void *bytes; size_t map; } results_kept[RESULTS_KEPT];
+	unsigned nresults_kept;
 	struct node root;
 	struct node info_dir;
 	struct node info_files[INFO_COUNT];

@@ -3,7 +3,9 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,37 @@
 #include "lib/log.h"
 #include "state/ids.h"
 #include "state/transaction.h"
+
+/* A kept buffer of at least map bytes (and not four times more; map is
+ * counted already, the rest of it is counted here), taken out of the
+ * tree's few: its first size bytes zeroed, as a fresh mapping's are.
+ * Zeroing pages that are there costs a fraction of faulting in new ones,
+ * and the unmap of the last buffer (a TLB shootdown on every CPU the
+ * daemon's threads ran on) is saved. */
+static bool result_reuse(struct tree *t, struct transaction_result *r, size_t map, size_t size)
+{
+	struct kept_result k = { NULL, 0 };
+
+	pthread_mutex_lock(&t->results_mu);
+	for (unsigned i = 0; i < t->nresults_kept; i++) {
+		if (t->results_kept[i].map < map || t->results_kept[i].map / 4 > map)
+			continue;
+		k = t->results_kept[i];
+		t->results_kept[i] = t->results_kept[--t->nresults_kept];
+		break;
+	}
+	pthread_mutex_unlock(&t->results_mu);
+	if (!k.bytes)
+		return false;
+	if (k.map > map && !transaction_memory_take(t, k.map - map)) {
+		munmap(k.bytes, k.map); /* too big for what is left of materialize_max */
+		return false;
+	}
+	memset(k.bytes, 0, size);
+	r->bytes = k.bytes;
+	r->map = k.map;
+	return true;
+}
 
 static int result_map(struct tree *t, struct transaction_result *r, size_t size)
 {
@@ -25,6 +58,8 @@ static int result_map(struct tree *t, struct transaction_result *r, size_t size)
 		return 0;
 	if (!transaction_memory_take(t, map))
 		return -EDQUOT;
+	if (result_reuse(t, r, map, size))
+		return 0;
 	void *p = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED) {
 		transaction_memory_give(t, map);
@@ -38,11 +73,31 @@ static int result_map(struct tree *t, struct transaction_result *r, size_t size)
 void transaction_result_free(struct tree *t, struct transaction_result *r)
 {
 	if (r->bytes) {
-		munmap(r->bytes, r->map);
 		transaction_memory_give(t, r->map);
+		bool kept = false;
+		if (r->map <= RESULT_KEPT_MAX) {
+			pthread_mutex_lock(&t->results_mu);
+			if (t->nresults_kept < RESULTS_KEPT) {
+				t->results_kept[t->nresults_kept++] =
+					(struct kept_result){ r->bytes, r->map };
+				kept = true;
+			}
+			pthread_mutex_unlock(&t->results_mu);
+		}
+		if (!kept)
+			munmap(r->bytes, r->map);
 	}
 	r->bytes = NULL;
 	r->len = r->map = 0;
+}
+
+void transaction_results_drop(struct tree *t)
+{
+	pthread_mutex_lock(&t->results_mu);
+	for (unsigned i = 0; i < t->nresults_kept; i++)
+		munmap(t->results_kept[i].bytes, t->results_kept[i].map);
+	t->nresults_kept = 0;
+	pthread_mutex_unlock(&t->results_mu);
 }
 
 int transaction_result_make(struct tree *t, struct transaction *x, size_t size)

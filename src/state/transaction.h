@@ -56,6 +56,8 @@ int transaction_read(struct tree *t, struct handle *h, uint64_t off, size_t size
  * room for them). */
 int transaction_result_make(struct tree *t, struct transaction *x, size_t size);
 void transaction_result_free(struct tree *t, struct transaction_result *r);
+/* Unmaps the result buffers kept for reuse (at the tree's close). */
+void transaction_results_drop(struct tree *t);
 /* Logs a failure of the transaction ("<who>: msg (errno text)"); returns err. */
 int transaction_fail(const struct transaction *x, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

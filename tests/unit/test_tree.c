@@ -16,6 +16,7 @@
 #include "lib/sha256.h"
 #include "ns/tree.h"
 #include "r3/scan.h"
+#include "state/transaction.h"
 #include "suites.h"
 
 static char base[64];
@@ -425,6 +426,34 @@ START_TEST(a_stalled_writer_holds_only_what_it_sent)
 }
 END_TEST
 
+/* A result buffer is kept for the next transaction (a .get batch faulted
+ * in ~100 fresh pages each time): the next result of any size that fits
+ * it starts zeroed, as a fresh mapping does, and what the open ones hold
+ * is counted as before (materialize_max). */
+START_TEST(a_kept_result_buffer_starts_zeroed_and_is_counted)
+{
+	struct transaction a, b;
+
+	start(1 << 20);
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	ck_assert_int_eq(transaction_result_make(&t, &a, 100000), 0);
+	void *first = a.out.bytes;
+	memset(a.out.bytes, 0xab, 100000);
+	ck_assert_uint_ge(atomic_load(&t.materialize_held), 100000);
+	transaction_result_free(&t, &a.out);
+	ck_assert_uint_eq(atomic_load(&t.materialize_held), 0);
+	ck_assert_int_eq(transaction_result_make(&t, &b, 60000), 0);
+	ck_assert_ptr_eq(b.out.bytes, first); /* kept, not mapped again */
+	ck_assert_uint_eq(atomic_load(&t.materialize_held), b.out.map);
+	for (size_t i = 0; i < 60000; i++)
+		ck_assert_uint_eq(b.out.bytes[i], 0);
+	transaction_result_free(&t, &b.out);
+	ck_assert_uint_eq(atomic_load(&t.materialize_held), 0);
+	stop();
+}
+END_TEST
+
 Suite *tree_suite(void)
 {
 	Suite *s = suite_create("tree");
@@ -438,6 +467,7 @@ Suite *tree_suite(void)
 	tcase_add_test(tc, create_in_a_removed_version_registers_nothing);
 	tcase_add_test(tc, a_committed_object_is_never_opened_for_writing);
 	tcase_add_test(tc, a_stalled_writer_holds_only_what_it_sent);
+	tcase_add_test(tc, a_kept_result_buffer_starts_zeroed_and_is_counted);
 	suite_add_tcase(s, tc);
 	return s;
 }
