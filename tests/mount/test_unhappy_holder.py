@@ -199,6 +199,10 @@ def test_an_upgrade_asked_while_a_daemon_starts_waits_for_it(shimmed):
     (the shim holds it 1.5 s): the upgrade is not refused; it begins once
     that daemon serves, and `artfsctl upgrade`-style records say served."""
     m = shimmed(SHIM_DELAY_READY_MS="1500")
+    # Not before its attach socket is bound: a daemon killed while that
+    # bind waits for an answer from its own mount is never reaped and no
+    # next daemon starts (a defect of its own, left open: see the note).
+    assert m.wait_log("attach socket: ", timeout=20), m.log()
     pid = m.kill_daemon()
     assert wait_for(lambda: m.wait_log("started (after a crash)", timeout=0.05), timeout=20), m.log()
     m.proc.send_signal(signal.SIGHUP)
