@@ -154,11 +154,17 @@ void mount_abort_connection(struct holder *h)
 		if (fd < 0 && attempt == 0 && errno == ENOENT)
 			mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, NULL);
 	}
+	int e = fd < 0 ? errno : 0;
 	bool done = fd >= 0 && write(fd, "1", 1) == 1;
+	/* No such connection: the unmount ended the last mount of the file
+	 * system (no attach socket held it yet), and the kernel aborted the
+	 * connection itself. */
 	log_warn("holder: daemon %ld did not end within %d s of the unmount or the stop; %s; "
 		 "killing it",
 		 (long)h->cur.pid, UNMOUNTED_END_MS / 1000,
-		 done ? "aborted its FUSE connection" : "cannot abort its FUSE connection");
+		 done	       ? "aborted its FUSE connection"
+		 : e == ENOENT ? "its FUSE connection ended with the file system"
+			       : "cannot abort its FUSE connection");
 	if (fd >= 0)
 		close(fd);
 	daemon_stop(&h->cur, SIGKILL);

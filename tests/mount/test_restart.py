@@ -284,6 +284,10 @@ def test_a_daemon_that_does_not_end_after_an_unmount_is_cut_off(tmp_path):
     m = Mount(tmp_path).start()
     pid = m.daemon_pid()
     os.stat(m.path(".artfs", "metrics"))
+    # Once the attach socket is bound, it holds the file system past the
+    # unmount, so its connection is there to abort (before, the unmount
+    # ends the file system and the kernel aborts the connection itself).
+    assert m.wait_log("attach socket: ", timeout=20), m.log()
     os.kill(pid, signal.SIGSTOP)
     try:
         # umount(8) would stat the mount point first, which waits for the
