@@ -4,6 +4,7 @@
 #include "autoconf.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,17 +178,30 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fuse_reply_err(req, -again(tree_rmdir(tree_of(req), node_of(req, parent), name), -ENOENT));
 }
 
-/* Whether req comes from a thread of this daemon itself (its bind of
- * .artfs/attach; the kernel gives the caller's thread id). */
+/* Whether req comes from this daemon itself: a thread of it, or a child
+ * process of it (its bind of .artfs/attach, made apart: weights/socket.h;
+ * the kernel gives the caller's thread id). */
 static bool by_self(fuse_req_t req)
 {
-	char task[64];
+	char path[64], status[1024];
 	pid_t pid = fuse_req_ctx(req)->pid;
 
 	if (pid <= 0)
 		return false;
-	snprintf(task, sizeof(task), "/proc/self/task/%ld", (long)pid);
-	return pid == getpid() || access(task, F_OK) == 0;
+	snprintf(path, sizeof(path), "/proc/self/task/%ld", (long)pid);
+	if (pid == getpid() || access(path, F_OK) == 0)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%ld/status", (long)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t n = read(fd, status, sizeof(status) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	status[n] = '\0';
+	const char *ppid = strstr(status, "\nPPid:");
+	return ppid && strtol(ppid + 7, NULL, 10) == (long)getpid();
 }
 
 static void run_unlink(struct job *j)

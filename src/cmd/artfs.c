@@ -187,7 +187,7 @@ static void *attach_bind_main(void *arg)
 			 strerror(errno));
 		snprintf(path, sizeof(path), "%s/" ARTFS_INFO_DIR "/" ARTFS_ATTACH_SOCKET, b->mountpoint);
 	}
-	int fd = attach_socket_make(path, err, sizeof(err));
+	int fd = attach_socket_make_apart(path, err, sizeof(err));
 	if (tree >= 0)
 		close(tree);
 	snprintf(path, sizeof(path), "%s/" ARTFS_INFO_DIR "/" ARTFS_ATTACH_SOCKET, b->mountpoint);

@@ -10,9 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -306,33 +310,162 @@ int attach_serve_conn(int conn, attach_resolve_fn resolve, void *ctx, int timeou
 	return rc;
 }
 
-int attach_socket_make(const char *path, char *err, size_t errlen)
+/* The socket made at path, or -errno with the step that failed in *step;
+ * no formatting, no allocation: a forked child calls it. */
+static int socket_try(const struct sockaddr_un *a, const char **step)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 
-	if (strlen(path) >= sizeof(a.sun_path)) {
+	*step = "socket";
+	if (fd < 0)
+		return -errno;
+	*step = "unlink";
+	if (unlink(a->sun_path) < 0 && errno != ENOENT)
+		goto fail;
+	*step = "bind";
+	if (bind(fd, (const struct sockaddr *)a, sizeof(*a)) < 0)
+		goto fail;
+	*step = "listen";
+	if (listen(fd, BACKLOG) < 0)
+		goto fail;
+	return fd;
+fail:;
+	int e = errno;
+	close(fd);
+	return -e;
+}
+
+static int socket_address(const char *path, struct sockaddr_un *a, char *err, size_t errlen)
+{
+	memset(a, 0, sizeof(*a));
+	a->sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof(a->sun_path)) {
 		snprintf(err, errlen, "%s: longer than a socket's path may be", path);
 		return -ENAMETOOLONG;
 	}
-	strcpy(a.sun_path, path);
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	strcpy(a->sun_path, path);
+	return 0;
+}
+
+int attach_socket_make(const char *path, char *err, size_t errlen)
+{
+	struct sockaddr_un a;
+	const char *step;
+	int rc = socket_address(path, &a, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	rc = socket_try(&a, &step);
+	if (rc < 0)
+		snprintf(err, errlen, "%s %s: %s", step, path, strerror(-rc));
+	return rc;
+}
+
+/* What the child of attach_socket_make_apart sends: the result and, on
+ * failure, which step failed (an index into steps[]). */
+struct apart_answer {
+	int32_t rc;
+	int32_t step;
+};
+
+static const char *const steps[] = { "socket", "unlink", "bind", "listen" };
+
+static _Noreturn void apart_child(int out, const struct sockaddr_un *a, pid_t parent)
+{
+	const char *step = steps[0];
+	struct apart_answer ans = { 0, 0 };
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct iovec iov = { .iov_base = &ans, .iov_len = sizeof(ans) };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	/* The daemon dies while this child waits on the mount: it is killed
+	 * too, once a next daemon has answered what it asked. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(1);
+	int fd = socket_try(a, &step);
 	if (fd < 0) {
-		snprintf(err, errlen, "socket: %s", strerror(errno));
+		ans.rc = fd;
+		for (int i = 0; i < (int)(sizeof(steps) / sizeof(steps[0])); i++)
+			if (strcmp(step, steps[i]) == 0)
+				ans.step = i;
+	} else {
+		memset(&ctl, 0, sizeof(ctl));
+		m.msg_control = ctl.b;
+		m.msg_controllen = sizeof(ctl.b);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	_exit(sendmsg(out, &m, MSG_NOSIGNAL) == (ssize_t)sizeof(ans) ? 0 : 1);
+}
+
+/* The child's answer: the descriptor, or -errno with why in err. */
+static int apart_receive(int in, const char *path, char *err, size_t errlen)
+{
+	struct apart_answer ans;
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct iovec iov = { .iov_base = &ans, .iov_len = sizeof(ans) };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+			    .msg_controllen = sizeof(ctl.b) };
+	ssize_t n;
+
+	do
+		n = recvmsg(in, &m, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	struct cmsghdr *c = n == (ssize_t)sizeof(ans) ? CMSG_FIRSTHDR(&m) : NULL;
+	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+	    c->cmsg_len == CMSG_LEN(sizeof(int)) && ans.rc == 0) {
+		int fd;
+		memcpy(&fd, CMSG_DATA(c), sizeof(int));
+		return fd;
+	}
+	if (n == (ssize_t)sizeof(ans) && ans.rc < 0 && ans.step >= 0 &&
+	    ans.step < (int)(sizeof(steps) / sizeof(steps[0]))) {
+		snprintf(err, errlen, "%s %s: %s", steps[ans.step], path, strerror(-ans.rc));
+		return ans.rc;
+	}
+	snprintf(err, errlen, "the process that binds %s did not answer", path);
+	return -EIO;
+}
+
+int attach_socket_make_apart(const char *path, char *err, size_t errlen)
+{
+	struct sockaddr_un a;
+	int sv[2], status;
+	int rc = socket_address(path, &a, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+		snprintf(err, errlen, "socketpair: %s", strerror(errno));
 		return -errno;
 	}
-	if (unlink(path) < 0 && errno != ENOENT) {
+	pid_t parent = getpid(), pid = fork();
+	if (pid == 0) {
+		close(sv[0]);
+		apart_child(sv[1], &a, parent);
+	}
+	close(sv[1]);
+	if (pid < 0) {
 		int e = errno;
-		snprintf(err, errlen, "unlink %s: %s", path, strerror(e));
-		close(fd);
+		close(sv[0]);
+		snprintf(err, errlen, "fork: %s", strerror(e));
 		return -e;
 	}
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, BACKLOG) < 0) {
-		int e = errno;
-		snprintf(err, errlen, "bind %s: %s", path, strerror(e));
-		close(fd);
-		return -e;
-	}
-	return fd;
+	rc = apart_receive(sv[0], path, err, errlen);
+	close(sv[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return rc;
 }
 
 struct attach_server {

@@ -44,6 +44,14 @@ int attach_serve_conn(int conn, attach_resolve_fn resolve, void *ctx, int timeou
  * is unlinked). The descriptor, or -errno with why in err. */
 int attach_socket_make(const char *path, char *err, size_t errlen);
 
+/* The same, made by a child process: a daemon that binds in its own mount
+ * asks itself (the mknod is a request it answers), and a thread of it that
+ * waited for that answer when the daemon died would wait until a next
+ * daemon answered, keeping the dead one from ending and so the next one
+ * from starting. The child is killed with the daemon; what it asked is
+ * answered by the next one. */
+int attach_socket_make_apart(const char *path, char *err, size_t errlen);
+
 /* Serves listen_fd (not taken: the caller closes it after stop) on a
  * thread of its own. NULL when the thread cannot start. */
 struct attach_server *attach_server_start(int listen_fd, attach_resolve_fn resolve, void *ctx);
