@@ -219,6 +219,16 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	run_job(tree_name_quick(tree_of(req), j.n), &j);
 }
 
+/* Only in the .cache/ tree: a key includes its path, R3 names never move. */
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	struct tree *t = tree_of(req);
+	int rc = tree_rename(t, node_of(req, parent), name, node_of(req, newparent), newname, flags);
+
+	fuse_reply_err(req, -again(rc, -ENOENT));
+}
+
 static void op_refuse(fuse_req_t req)
 {
 	fuse_reply_err(req, EPERM);
@@ -240,12 +250,6 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
 	op_refuse(req);
-}
-
-static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
-		      const char *newname, unsigned int flags)
-{
-	op_refuse(req); /* a key includes its path: names are not movable */
 }
 
 static void run_create(struct job *j)
@@ -339,9 +343,45 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	run_job(tree_write_quick(tree_of(req), j.h, size), &j);
 }
 
+/* Whether the process that sent req is being killed by a signal: its
+ * descriptors close on its way out (/proc: PF_EXITING, and the exit code
+ * of a signal). */
+static bool sender_killed(fuse_req_t req)
+{
+	char path[64], stat[1024];
+	pid_t pid = fuse_req_ctx(req)->pid;
+
+	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+	int fd = pid > 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+	ssize_t n = fd >= 0 ? read(fd, stat, sizeof(stat) - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return false;
+	stat[n] = '\0';
+	const char *p = strrchr(stat, ')'); /* the name before it may hold anything */
+	unsigned long flags = 0;
+	long code = 0;
+	for (int field = 3; p && field <= 52; field++) {
+		p = strchr(p, ' ');
+		if (p && field == 9)
+			flags = strtoul(p + 1, NULL, 10);
+		if (p && field == 52)
+			code = strtol(p + 1, NULL, 10);
+		p = p ? p + 1 : NULL;
+	}
+	return (flags & 0x4 /* PF_EXITING */) && (code & 0x7f);
+}
+
 static void run_flush(struct job *j)
 {
-	fuse_reply_err(j->req, -tree_flush(tree_of(j->req), j->h, j->fi.lock_owner));
+	uint64_t owner = j->fi.lock_owner;
+
+	/* A .cache/ file whose writer is killed is dropped, never committed
+	 * with what it had written so far (DESIGN.md §9). */
+	if (j->h->ops->held_kind == HANDLE_CACHE_WRITE && sender_killed(j->req))
+		owner = TREE_OWNER_KILLED;
+	fuse_reply_err(j->req, -tree_flush(tree_of(j->req), j->h, owner));
 }
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

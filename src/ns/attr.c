@@ -14,6 +14,7 @@
 #include "ns/tree.h"
 #include "r3/object.h"
 #include "state/ids.h"
+#include "trees/wtree.h"
 
 #define DIR_ATTR_TIMEOUT 1.0  /* version mtimes move with activity */
 /* The writer's own view of a file being published: the kernel tracks its
@@ -203,6 +204,12 @@ int tree_setattr(struct tree *t, struct node *n, unsigned to_set, const struct s
 			    (n->type == NODE_INFO_FILE && n->sub == INFO_CONTROL);
 	if (command_file && to_set == TREE_SET_SIZE && in->st_size == 0)
 		return tree_getattr(t, n, out, timeout); /* open(O_TRUNC): nothing to cut */
+	if (n->type == NODE_CACHE_DIR || n->type == NODE_CACHE_FILE) {
+		uint64_t size = (uint64_t)in->st_size;
+		int rc = wtree_setattr(t, n, to_set & (TREE_SET_MODE | TREE_SET_UID | TREE_SET_GID),
+				       to_set & TREE_SET_SIZE ? &size : NULL);
+		return rc < 0 ? rc : tree_getattr(t, n, out, timeout);
+	}
 	if (n->type != NODE_OBJECT && n->type != NODE_KEY)
 		return -EPERM;
 	struct object *o = n->type == NODE_KEY ? object_of_key(n) : (struct object *)n;
@@ -261,4 +268,9 @@ int tree_listxattr(struct tree *t, struct node *n, char *buf, size_t cap, size_t
 		return 0;
 	}
 	return object_listxattr(buf, cap, len);
+}
+
+int attr_cache(struct tree *t, struct node *n, struct stat *st, double *timeout)
+{
+	return wtree_getattr(t, n, st, timeout);
 }

@@ -22,6 +22,7 @@
 #include "r3/publish.h"
 #include "r3/put.h"
 #include "state/ids.h"
+#include "trees/wtree.h"
 
 /* h (opened on n with flags) is whole: registered (shutdown releases it)
  * and numbered for the kernel. 0, or -ENFILE (no number: h released). */
@@ -57,6 +58,29 @@ static int begin_publish(struct tree *t, struct object *o, struct node *shown,
 		return rc;
 	}
 	rc = files_handle_ready(t, *h, shown, O_WRONLY);
+	if (rc < 0) {
+		ids_node_forget(t, e->id, 1);
+		*h = NULL;
+	}
+	return rc;
+}
+
+/* A .cache/ file: invisible to others until its close commits it. */
+static int create_cache(struct tree *t, struct node *parent, const char *name, int flags,
+			struct tree_entry *e, struct handle **h, struct open_reply *r)
+{
+	struct node *n;
+	int rc = wtree_create(t, parent, name, flags, &n, h, r);
+
+	if (rc < 0)
+		return rc;
+	rc = lookup_cache_positive(t, n, e);
+	if (rc < 0) {
+		handle_put(t, *h);
+		*h = NULL;
+		return rc;
+	}
+	rc = files_handle_ready(t, *h, n, O_WRONLY);
 	if (rc < 0) {
 		ids_node_forget(t, e->id, 1);
 		*h = NULL;
@@ -101,8 +125,10 @@ int tree_create(struct tree *t, struct node *parent, const char *name, int flags
 				return rc;
 		}
 	}
+	if (parent->type == NODE_CACHE_DIR)
+		return create_cache(t, parent, name, flags, e, h, r);
 	if (parent->type != NODE_VERSION)
-		return -EPERM; /* only R3 objects are files one can create */
+		return -EPERM; /* only R3 objects and .cache/ files can be created */
 	v = (struct version *)parent;
 	if (key_hash_decode(name, hash, &len) < 0) {
 		log_warn("create %s/%.200s: not a block hash name "
@@ -221,4 +247,10 @@ int tree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,
 	int rc = files_open_node(t, n, flags, h, r);
 
 	return rc < 0 ? rc : files_handle_ready(t, *h, n, flags);
+}
+
+int files_open_cache(struct tree *t, struct node *n, int flags, struct handle **h,
+		     struct open_reply *r)
+{
+	return wtree_open_file(t, n, flags, h, r);
 }

@@ -10,6 +10,7 @@
 #include "ns/info.h"
 #include "remote/remote.h"
 #include "state/text.h"
+#include "trees/wtree.h"
 
 static const char *const names[INFO_COUNT] = {
 	[INFO_METRICS] = "metrics",
@@ -67,6 +68,8 @@ static char *render_metrics(struct tree *t)
 	g.started = (uint64_t)t->started;
 	g.daemon_pid = (uint64_t)getpid();
 	g.daemon_generation = atomic_load(&t->held.hdr->generation);
+	if (t->cache)
+		wtree_gauges(t, &g.cache_bytes, &g.cache_files, &g.cache_capacity);
 	char *text = metrics_render(&t->metrics, &g);
 	free(g.per_version);
 	if (!text || !t->remote)

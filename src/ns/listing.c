@@ -11,6 +11,7 @@
 #include "ns/listing.h"
 #include "ns/node_ops.h"
 #include "state/ids.h"
+#include "trees/wtree.h"
 #include "weights/weights.h"
 
 struct slot {
@@ -106,6 +107,11 @@ void listing_root(struct tree *t, struct node *dir, struct listing *l)
 	(void)dir;
 	add(l, ARTFS_INFO_DIR, node_id(t, &t->info_dir), DT_DIR);
 	add(l, ARTFS_KEYS_DIR, node_id(t, &t->keys_dir), DT_DIR);
+	if (t->cache) {
+		struct node *cache = wtree_root(t);
+		add(l, WTREE_MOUNT_NAME, node_id(t, cache), DT_DIR);
+		node_unref(cache, 1);
+	}
 	pthread_mutex_lock(&t->lock);
 	index_each_version(&t->idx, add_version, l);
 	pthread_mutex_unlock(&t->lock);
@@ -220,3 +226,8 @@ static const struct handle_ops listing_ops = {
 	.readdir = listing_entry,
 	.release = listing_release,
 };
+
+void listing_cache_dir(struct tree *t, struct node *dir, struct listing *l)
+{
+	wtree_list(t, dir, add_named, l);
+}

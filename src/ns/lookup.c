@@ -14,6 +14,7 @@
 #include "ns/revive.h"
 #include "ns/tree.h"
 #include "r3/fetch.h"
+#include "trees/wtree.h"
 #include "state/ids.h"
 #include "weights/weights.h"
 
@@ -48,6 +49,17 @@ int lookup_positive(struct tree *t, struct node *n, struct tree_entry *e)
 	return 0;
 }
 
+#define CACHE_ENTRY_TIMEOUT 1.0
+
+int lookup_cache_positive(struct tree *t, struct node *n, struct tree_entry *e)
+{
+	int rc = lookup_positive(t, n, e);
+
+	if (rc == 0)
+		e->entry_timeout = wtree_pending(n) ? 0 : CACHE_ENTRY_TIMEOUT;
+	return rc;
+}
+
 static struct object *find_object(struct tree *t, struct version *v, const uint8_t *hash,
 				  size_t len)
 {
@@ -78,6 +90,8 @@ int lookup_in_root(struct tree *t, struct node *dir, const char *name, struct tr
 		node_ref(&t->keys_dir);
 		return lookup_positive(t, &t->keys_dir, e);
 	}
+	if (strcmp(name, WTREE_MOUNT_NAME) == 0 && t->cache)
+		return lookup_positive(t, wtree_root(t), e);
 	if (!key_version_name_valid(name))
 		return negative(e, CACHE_FOREVER); /* can never exist */
 	struct version *v = version_find(t, name);
@@ -237,4 +251,15 @@ struct node *tree_node(struct tree *t, uint64_t id)
 	struct node *n = ids_node(t, id);
 
 	return n ? n : revive_node(t, id);
+}
+
+/* A name a process may create any moment: the kernel keeps no negative entry. */
+int lookup_in_cache_dir(struct tree *t, struct node *dir, const char *name, struct tree_entry *e)
+{
+	struct node *n;
+	int rc = wtree_lookup(t, dir, name, &n);
+
+	if (rc == -ENOENT)
+		return negative(e, 0);
+	return rc < 0 ? rc : lookup_cache_positive(t, n, e);
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Names made and removed: mkdir of a version (or of its empty weights/),
  * the daemon's own mknod and unlink of .artfs/attach, rmdir of an empty
- * version, unlink of an object under both its names. */
+ * version, unlink of an object under both its names, and what the .cache/
+ * tree does with names (src/trees/: there alone renames are allowed). */
 #include "autoconf.h"
 
 #include <errno.h>
@@ -11,6 +12,7 @@
 #include "lib/log.h"
 #include "ns/ns_i.h"
 #include "ns/tree.h"
+#include "trees/wtree.h"
 #include "weights/weights.h"
 
 int tree_mknod(struct tree *t, struct node *parent, const char *name, mode_t mode, bool by_self,
@@ -28,6 +30,12 @@ int tree_mknod(struct tree *t, struct node *parent, const char *name, mode_t mod
 int tree_mkdir(struct tree *t, struct node *parent, const char *name, struct tree_entry *e)
 {
 	struct version *v;
+
+	if (parent->type == NODE_CACHE_DIR) {
+		struct node *n;
+		int rc = wtree_mkdir(t, parent, name, &n);
+		return rc < 0 ? rc : lookup_cache_positive(t, n, e);
+	}
 
 	if (parent->type == NODE_VERSION && strcmp(name, "weights") == 0) {
 		/* An empty weights/ for a GPU-direct publish (weights.c). */
@@ -48,9 +56,12 @@ int tree_mkdir(struct tree *t, struct node *parent, const char *name, struct tre
 
 int tree_rmdir(struct tree *t, struct node *parent, const char *name)
 {
+	if (parent->type == NODE_CACHE_DIR)
+		return wtree_rmdir(t, parent, name);
 	if (parent->type != NODE_ROOT)
 		return parent->type == NODE_VERSION ? -ENOENT : -EPERM;
-	if (strcmp(name, ARTFS_INFO_DIR) == 0 || strcmp(name, ARTFS_KEYS_DIR) == 0)
+	if (strcmp(name, ARTFS_INFO_DIR) == 0 || strcmp(name, ARTFS_KEYS_DIR) == 0 ||
+	    strcmp(name, WTREE_MOUNT_NAME) == 0)
 		return -EPERM;
 	int rc = 0;
 	bool stray = false;
@@ -143,6 +154,8 @@ int tree_unlink(struct tree *t, struct node *parent, const char *name, bool by_s
 	uint8_t hash[ARTFS_HASH_BYTES_MAX];
 	size_t len;
 
+	if (parent->type == NODE_CACHE_DIR)
+		return wtree_unlink(t, parent, name);
 	if (parent->type == NODE_INFO_DIR) {
 		if (strcmp(name, ARTFS_ATTACH_SOCKET) != 0 || !by_self)
 			return -EPERM;
@@ -165,4 +178,13 @@ int tree_unlink(struct tree *t, struct node *parent, const char *name, bool by_s
 	if (key_hash_decode(name, hash, &len) < 0)
 		return -ENOENT;
 	return remove_object(t, v, hash, len, NULL);
+}
+
+int tree_rename(struct tree *t, struct node *from_dir, const char *from, struct node *to_dir,
+		const char *to, unsigned flags)
+{
+	if (from_dir->type == NODE_CACHE_DIR && to_dir->type == NODE_CACHE_DIR)
+		return wtree_rename(t, from_dir, from, to_dir, to, flags);
+	/* R3 objects and weights keep their names; a tree's entries stay in it. */
+	return from_dir->type == NODE_CACHE_DIR || to_dir->type == NODE_CACHE_DIR ? -EXDEV : -EPERM;
 }

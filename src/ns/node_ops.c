@@ -5,6 +5,7 @@
 #include "autoconf.h"
 
 #include "ns/node_ops.h"
+#include "trees/wtree.h"
 #include "weights/weights.h"
 
 /* The fixed nodes (the root, .artfs and its files, .keys, .keys/.put and
@@ -81,6 +82,17 @@ static const struct node_ops kinds[] = {
 		.revive = weights_revive_node,
 	},
 	/* NODE_STALE: an id whose node is gone; none of the operations. */
+	[NODE_CACHE_DIR] = { /* .cache and the directories under it (src/trees/) */
+		.getattr = attr_cache,
+		.lookup = lookup_in_cache_dir,
+		.list = listing_cache_dir,
+		.revive = wtree_revive,
+	},
+	[NODE_CACHE_FILE] = { /* a file under .cache */
+		.getattr = attr_cache,
+		.open = files_open_cache,
+		.revive = wtree_revive,
+	},
 };
 
 const struct node_ops *node_ops_of(unsigned type)

@@ -50,6 +50,7 @@ int attr_keys_dir(struct tree *t, struct node *n, struct stat *st, double *timeo
 int attr_put(struct tree *t, struct node *n, struct stat *st, double *timeout);
 int attr_get(struct tree *t, struct node *n, struct stat *st, double *timeout);
 int attr_materialize(struct tree *t, struct node *n, struct stat *st, double *timeout);
+int attr_cache(struct tree *t, struct node *n, struct stat *st, double *timeout);
 
 /* files.c */
 int files_open_info(struct tree *t, struct node *n, int flags, struct handle **h,
@@ -62,6 +63,8 @@ int files_open_put(struct tree *t, struct node *n, int flags, struct handle **h,
 		   struct open_reply *r);
 int files_open_get(struct tree *t, struct node *n, int flags, struct handle **h,
 		   struct open_reply *r);
+int files_open_cache(struct tree *t, struct node *n, int flags, struct handle **h,
+		     struct open_reply *r);
 int files_open_materialize(struct tree *t, struct node *n, int flags, struct handle **h,
 			   struct open_reply *r);
 
@@ -72,6 +75,7 @@ int lookup_in_version(struct tree *t, struct node *dir, const char *name, struct
 int lookup_in_keys_dir(struct tree *t, struct node *dir, const char *name, struct tree_entry *e);
 int lookup_in_weights_dir(struct tree *t, struct node *dir, const char *name,
 			  struct tree_entry *e);
+int lookup_in_cache_dir(struct tree *t, struct node *dir, const char *name, struct tree_entry *e);
 
 /* revive.c */
 struct node *revive_version(struct tree *t, const struct held_node *r);
@@ -85,5 +89,6 @@ void listing_info_dir(struct tree *t, struct node *dir, struct listing *l);
 void listing_version(struct tree *t, struct node *dir, struct listing *l);
 void listing_keys_dir(struct tree *t, struct node *dir, struct listing *l);
 void listing_weights_dir(struct tree *t, struct node *dir, struct listing *l);
+void listing_cache_dir(struct tree *t, struct node *dir, struct listing *l);
 
 #endif

@@ -29,6 +29,10 @@ static inline struct object *object_of_key(struct node *n)
 /* lookup.c: e answers with n, whose reference (taken by the caller)
  * becomes the kernel's; on failure it is dropped. 0 or -errno. */
 int lookup_positive(struct tree *t, struct node *n, struct tree_entry *e);
+/* lookup.c: the same for a node of the .cache/ tree, whose entries the
+ * daemon may change (eviction, a damaged file, the first entry kept by a
+ * rename): the kernel keeps them a second, a file being written not at all. */
+int lookup_cache_positive(struct tree *t, struct node *n, struct tree_entry *e);
 
 /* files.c: h (opened on n with flags) is whole: registered (shutdown
  * releases it) and numbered for the kernel. 0, or -ENFILE (no number: h

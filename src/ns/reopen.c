@@ -78,6 +78,8 @@ static int reopen(struct tree *t, const struct held_handle *rec, struct handle *
 		return files_open_node(t, n, rec->flags, h, &r);
 	case HANDLE_WEIGHTS_PUBLISH:
 		break; /* a publish that died with the daemon */
+	case HANDLE_CACHE_WRITE:
+		break; /* a .cache/ file being written: dropped with its daemon */
 	default:
 		return files_open_node(t, n, rec->flags, h, &r);
 	}

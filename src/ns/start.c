@@ -14,6 +14,7 @@
 #include "remote/remote.h"
 #include "state/ids.h"
 #include "state/transaction.h"
+#include "trees/wtree.h"
 #include "weights/weights.h"
 
 int tree_open(struct tree *t, struct artfs_config *cfg, char *err, size_t errlen)
@@ -67,6 +68,7 @@ int tree_open_start(struct tree *t, struct artfs_config *cfg, const struct tree_
 	keeper_link_init(&t->keeper, start->keeper_fd);
 	ids_init(t);
 	ids_set_weights_describe(weights_describe_node);
+	ids_set_trees_describe(wtree_describe);
 	int rc = open_held(t, start, err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -88,6 +90,8 @@ int tree_open_start(struct tree *t, struct artfs_config *cfg, const struct tree_
 	}
 	if (!start->defer_scan) {
 		rc = scan_store(t, start->takeover, err, errlen);
+		if (rc == 0)
+			rc = wtree_open(t, err, errlen);
 		if (rc < 0)
 			goto fail;
 	}
@@ -104,6 +108,7 @@ void tree_close(struct tree *t)
 	scan_size_stop(t);
 	handles_release_all(t);
 	weights_shutdown(t);
+	wtree_close(t);
 	index_destroy(&t->idx);
 	remote_close(t->remote);
 	t->remote = NULL;
@@ -138,6 +143,8 @@ int tree_take_over(struct tree *t)
 	if (t->scan_deferred) { /* what the daemon before committed is all in now */
 		t->scan_deferred = false;
 		int rc = scan_store(t, true, err, sizeof(err));
+		if (rc == 0)
+			rc = wtree_open(t, err, sizeof(err));
 		if (rc < 0) {
 			log_err("takeover: %s", err);
 			return rc;

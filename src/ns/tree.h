@@ -78,6 +78,10 @@ int tree_unlink(struct tree *t, struct node *parent, const char *name, bool by_s
 int tree_mknod(struct tree *t, struct node *parent, const char *name, mode_t mode, bool by_self,
 	       struct tree_entry *e);
 int tree_statfs(struct tree *t, struct statvfs *sv);
+/* rename(2) of from in from_dir to to in to_dir; flags: RENAME_NOREPLACE.
+ * Only in the .cache/ tree (EXDEV in and out of it, EPERM elsewhere). */
+int tree_rename(struct tree *t, struct node *from_dir, const char *from, struct node *to_dir,
+		const char *to, unsigned flags);
 
 int tree_create(struct tree *t, struct node *parent, const char *name, int flags,
 		struct tree_entry *e, struct handle **h, struct open_reply *r);

@@ -34,6 +34,7 @@
 enum info_file { INFO_METRICS = 0, INFO_CONFIG, INFO_CONTROL, INFO_COUNT };
 
 struct handle;
+struct wtree;
 
 #define RESULTS_KEPT 4              /* result buffers kept for reuse */
 #define RESULT_KEPT_MAX (8u << 20)   /* the largest kept */
@@ -77,6 +78,7 @@ struct tree {
 	int64_t started;          /* CLOCK_REALTIME seconds */
 	struct expiry *expiry;    /* the janitor (src/state/expiry.c), NULL when not running */
 	struct remote *remote;    /* the Redis Cluster tier (remote=), or NULL */
+	struct wtree *cache;      /* the .cache/ tree (src/trees/), NULL until open */
 	/* Tells the kernel that parent/name is gone when the daemon itself
 	 * removed it (collection); set by the FUSE layer, called only from the
 	 * janitor thread. */
@@ -160,6 +162,8 @@ enum handle_kind {
 	HANDLE_WEIGHTS_FILE,   /* manifest.json, status */
 	HANDLE_RANK,           /* rank<k> */
 	HANDLE_WEIGHTS_PUBLISH, /* weights/.publish */
+	HANDLE_CACHE_READ,     /* a committed .cache/ file */
+	HANDLE_CACHE_WRITE,    /* a .cache/ file being written */
 	HANDLE_KINDS
 };
 
@@ -217,6 +221,10 @@ struct handle {
  * when there are none): where it starts and how many. */
 void buffer_slice(const void *buf, size_t len, uint64_t off, size_t size, const void **data,
 		  size_t *out_len);
+
+/* The owner a flush names when the process closing the file is being
+ * killed (a .cache/ file is then dropped, not committed). */
+#define TREE_OWNER_KILLED UINT64_MAX
 
 /* Bytes of I/O that a request may do on the thread reading requests. */
 #define HANDLE_QUICK_BYTES (256u << 10)

@@ -121,6 +121,16 @@ static uint64_t quarter_capacity(const struct artfs_config *c)
 	return c->capacity / 4 > MATERIALIZE_MAX_FLOOR ? c->capacity / 4 : MATERIALIZE_MAX_FLOOR;
 }
 
+static uint64_t capacity_quarter(const struct artfs_config *c)
+{
+	return c->capacity / 4;
+}
+
+static uint64_t same_as_max_object(const struct artfs_config *c)
+{
+	return c->max_object;
+}
+
 static uint64_t same_as_ttl(const struct artfs_config *c)
 {
 	return c->ttl;
@@ -141,6 +151,13 @@ const struct config_option config_options[] = {
 	  .derived = quarter_capacity,
 	  .arg = "SIZE", .help = "bytes open .materialize, .get and .put files may hold at once\n"
 	  "                           (default capacity/4, at least 64M)" },
+	{ .name = "cache_capacity", .kind = CONFIG_SIZE, .offset = FIELD(cache_capacity),
+	  .derived = capacity_quarter,
+	  .arg = "SIZE", .help = "bytes of the .cache/ tree; least recently opened files go first\n"
+	  "                           (default capacity/4)" },
+	{ .name = "cache_max_file", .kind = CONFIG_SIZE, .offset = FIELD(cache_max_file),
+	  .derived = same_as_max_object,
+	  .arg = "SIZE", .help = "bytes of one .cache/ file (default max_object=)" },
 	{ .name = "ttl", .kind = CONFIG_SECONDS, .offset = FIELD(ttl), .initial = "3600",
 	  .arg = "SECONDS", .help = "idle time before a version is collected, 0 = never" },
 	{ .name = "allow_quant", .kind = CONFIG_TEXT, .offset = FIELD(allow_quant), .initial = "",

@@ -26,6 +26,8 @@ struct artfs_config {
 	uint64_t capacity;    /* capacity=   bytes of committed objects */
 	uint64_t max_object;  /* max_object= bytes of one object */
 	uint64_t materialize_max; /* materialize_max= bytes open .materialize files may hold */
+	uint64_t cache_capacity; /* cache_capacity= bytes of the .cache/ tree (DESIGN.md §9) */
+	uint64_t cache_max_file; /* cache_max_file= bytes of one .cache/ file */
 	uint64_t ttl;         /* ttl=        seconds idle before collection, 0 never */
 	char *allow_quant;    /* allow_quant= extra quantization methods for zero-copy */
 	char *config_file;    /* config=     the file read at mount */

@@ -15,6 +15,13 @@ void ids_set_weights_describe(void (*fn)(const struct node *n, struct held_node 
 	weights_describe = fn;
 }
 
+static void (*_Atomic trees_describe)(const struct node *n, struct held_node *d);
+
+void ids_set_trees_describe(void (*fn)(const struct node *n, struct held_node *d))
+{
+	trees_describe = fn;
+}
+
 void ids_init(struct tree *t)
 {
 	atomic_store(&t->root.id, ID_ROOT);
@@ -112,6 +119,11 @@ static void describe(const struct node *n, struct held_node *d)
 		d->sub = o->state == OBJECT_PUBLISHING; /* a writer's own inode */
 		break;
 	}
+	case NODE_CACHE_DIR:
+	case NODE_CACHE_FILE:
+		if (trees_describe)
+			trees_describe(n, d);
+		break;
 	default:
 		if (weights_describe)
 			weights_describe(n, d);

@@ -66,6 +66,8 @@ void ids_handle_unbind(struct tree *t, struct handle *h);
 
 /* Sets how weights nodes are described (src/weights/weights.c's). */
 void ids_set_weights_describe(void (*fn)(const struct node *n, struct held_node *d));
+/* The same for the nodes of the write-once trees (src/trees/). */
+void ids_set_trees_describe(void (*fn)(const struct node *n, struct held_node *d));
 
 /* The state of a publish or batch handle, in its record's state field. */
 enum revive_state {

@@ -31,6 +31,14 @@ struct metrics {
 	counter_t objects_collected;
 	counter_t bytes_collected;
 	counter_t materialize_refused;  /* results refused under materialize_max= (ENOMEM) */
+	/* The .cache/ tree (DESIGN.md §9). */
+	counter_t cache_hits;           /* opens of a committed file */
+	counter_t cache_misses;         /* lookups of a name it does not hold */
+	counter_t cache_remote_hits;    /* files fetched from the cluster */
+	counter_t cache_commits;        /* files committed */
+	counter_t cache_collisions;     /* commits or renames onto other bytes (the first stays) */
+	counter_t cache_evictions;      /* files evicted for room */
+	counter_t cache_damaged;        /* files that failed their check (dropped) */
 };
 
 struct metrics_version {
@@ -56,6 +64,9 @@ struct metrics_gauges {
 	uint64_t sizing;            /* 1: the store's bytes are still being counted after a start */
 	uint64_t daemon_pid;        /* the serving daemon's */
 	uint64_t daemon_generation; /* daemons started on this mount, this one included */
+	uint64_t cache_bytes;       /* committed bytes of .cache/ */
+	uint64_t cache_files;
+	uint64_t cache_capacity;    /* cache_capacity= */
 	struct metrics_version *per_version;
 	size_t nper_version;
 };
@@ -66,11 +77,13 @@ enum metric_id {
 	METRIC_OBJECTS, METRIC_VERSIONS, METRIC_BYTES_USED, METRIC_BYTES_RESERVED,
 	METRIC_CAPACITY, METRIC_MAX_OBJECT, METRIC_PUBLISHING, METRIC_MATERIALIZE_HELD,
 	METRIC_MATERIALIZE_MAX, METRIC_START_TIME, METRIC_STORE_SIZING, METRIC_DAEMON_PID,
-	METRIC_DAEMON_GENERATION,
+	METRIC_DAEMON_GENERATION, METRIC_CACHE_BYTES, METRIC_CACHE_FILES, METRIC_CACHE_CAPACITY,
 	METRIC_PUBLISHES, METRIC_REPUBLISH_IDENTICAL, METRIC_COLLISIONS, METRIC_PUBLISH_ERRORS,
 	METRIC_READS, METRIC_VERIFICATIONS, METRIC_CHECKSUM_FAILURES, METRIC_UNLINKS,
 	METRIC_VERSIONS_CREATED, METRIC_VERSIONS_REMOVED, METRIC_VERSIONS_COLLECTED,
 	METRIC_OBJECTS_COLLECTED, METRIC_BYTES_COLLECTED, METRIC_MATERIALIZE_REFUSED,
+	METRIC_CACHE_HITS, METRIC_CACHE_MISSES, METRIC_CACHE_REMOTE_HITS, METRIC_CACHE_COMMITS,
+	METRIC_CACHE_COLLISIONS, METRIC_CACHE_EVICTIONS, METRIC_CACHE_DAMAGED,
 	METRIC_COUNT
 };
 

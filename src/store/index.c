@@ -113,6 +113,13 @@ void index_set_weights_free(void (*fn)(struct node *n))
 	weights_free_hook = fn;
 }
 
+static void (*_Atomic trees_free_hook)(struct node *n); /* set when a tree opens */
+
+void index_set_trees_free(void (*fn)(struct node *n))
+{
+	trees_free_hook = fn;
+}
+
 void node_unref(struct node *n, uint64_t count)
 {
 	n = counted(n);
@@ -130,6 +137,11 @@ void node_unref(struct node *n, uint64_t count)
 	case NODE_WEIGHTS:
 		if (weights_free_hook)
 			weights_free_hook(n);
+		break;
+	case NODE_CACHE_DIR:
+	case NODE_CACHE_FILE:
+		if (trees_free_hook)
+			trees_free_hook(n);
 		break;
 	default:
 		break; /* static nodes are never freed */

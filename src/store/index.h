@@ -36,6 +36,8 @@ enum node_type {
 	NODE_WEIGHTS_RANK, /* <wv>/weights/rank<k> */
 	NODE_STALE,        /* an id a daemon before this one gave, whose node is gone */
 	NODE_SOCKET,       /* .artfs/attach, the socket of slab descriptors */
+	NODE_CACHE_DIR,    /* .cache and a directory under it (src/trees/) */
+	NODE_CACHE_FILE,   /* a file under .cache */
 };
 
 struct weights;
@@ -137,6 +139,8 @@ void index_destroy(struct index *idx);
 /* Frees what a NODE_WEIGHTS node owns when its last reference goes (set
  * by the module that owns weights, so the index names no module). */
 void index_set_weights_free(void (*fn)(struct node *n));
+/* The same for the nodes of the write-once trees (src/trees/). */
+void index_set_trees_free(void (*fn)(struct node *n));
 
 void node_ref(struct node *n);
 /* count more references at once (a node the kernel looked up count times). */

@@ -1,0 +1,277 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A write-once tree in the store (<store>/cache/): what a start finds
+ * there, and each change of the tree made there first, under the tree's
+ * lock, so that the store and the nodes never disagree for another call. */
+#include "autoconf.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lib/log.h"
+#include "store/store.h"
+#include "trees/names.h"
+#include "trees/wtree_i.h"
+
+int wdisk_open(struct tree *t, struct wtree *w, char *err, size_t errlen)
+{
+	int root = t->store.root_fd;
+
+	if (mkdirat(root, WTREE_DIR_NAME, 0700) < 0 && errno != EEXIST) {
+		snprintf(err, errlen, "%s/%s: %s", t->store.path, WTREE_DIR_NAME, strerror(errno));
+		return -errno;
+	}
+	w->root_fd = openat(root, WTREE_DIR_NAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (w->root_fd < 0) {
+		snprintf(err, errlen, "%s/%s: %s", t->store.path, WTREE_DIR_NAME, strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+int wdisk_header_read(int fd, struct wheader *hd, uint64_t file_size)
+{
+	if (file_size < WTREE_HEADER || store_pread_all(fd, hd, sizeof(*hd), 0) < 0)
+		return -EBADMSG;
+	if (memcmp(hd->magic, WTREE_MAGIC, 8) != 0 || hd->size != file_size - WTREE_HEADER)
+		return -EBADMSG;
+	return 0;
+}
+
+/* ---- what a start finds ----------------------------------------------------------- */
+
+struct scan {
+	struct tree *t;
+	struct wtree *w;
+	uint64_t dropped;
+};
+
+static void scan_dir(struct scan *s, struct wnode *dir, int fd, unsigned depth);
+
+static void drop_entry(struct scan *s, int dirfd, const char *name, bool is_dir,
+		       const char *why)
+{
+	log_warn("cache: %.255s in the store: %s; dropped", name, why);
+	if (!is_dir)
+		unlinkat(dirfd, name, 0);
+	s->dropped++;
+}
+
+static void scan_file(struct scan *s, struct wnode *dir, int dirfd, const char *name)
+{
+	struct stat st;
+	struct wheader hd;
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    wdisk_header_read(fd, &hd, (uint64_t)st.st_size) < 0) {
+		if (fd >= 0)
+			close(fd);
+		drop_entry(s, dirfd, name, false, "not a file artfs committed");
+		return;
+	}
+	close(fd);
+	struct wnode *n = wnode_new(s->w, dir, name, false);
+	if (!n || wnode_insert_locked(s->w, dir, n) < 0) {
+		if (n)
+			node_unref(&n->node, 1);
+		return;
+	}
+	n->size = hd.size;
+	memcpy(n->sha, hd.sha, 32);
+	n->mtime = st.st_mtim.tv_sec;
+	wnode_ino_set_locked(s->w, n, st.st_ino);
+	wnode_lru_touch_locked(s->w, n); /* the order of a start is the store's listing */
+	s->w->bytes += n->size;
+	s->w->files++;
+	node_unref(&n->node, 1); /* its directory holds it */
+}
+
+static void scan_entry(struct scan *s, struct wnode *dir, int dirfd, unsigned depth,
+		       const struct dirent *e)
+{
+	if (wtree_name_check(e->d_name) < 0) {
+		drop_entry(s, dirfd, e->d_name, e->d_type == DT_DIR, "not a name of the tree");
+		return;
+	}
+	if (e->d_type != DT_DIR) {
+		scan_file(s, dir, dirfd, e->d_name);
+		return;
+	}
+	int fd = openat(dirfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0 || depth + 1 > WTREE_DEPTH_MAX) {
+		if (fd >= 0)
+			close(fd);
+		drop_entry(s, dirfd, e->d_name, true, "a directory deeper than the tree allows");
+		return;
+	}
+	struct wnode *n = wnode_new(s->w, dir, e->d_name, true);
+	if (n && wnode_insert_locked(s->w, dir, n) == 0) {
+		n->mtime = st.st_mtim.tv_sec;
+		wnode_ino_set_locked(s->w, n, st.st_ino);
+		scan_dir(s, n, fd, depth + 1);
+	}
+	if (n)
+		node_unref(&n->node, 1);
+	close(fd);
+}
+
+static void scan_dir(struct scan *s, struct wnode *dir, int fd, unsigned depth)
+{
+	int dup_fd = dup(fd);
+	DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+	struct dirent *e;
+
+	if (!d) {
+		if (dup_fd >= 0)
+			close(dup_fd);
+		log_err("cache: cannot list a directory of the store: %s", strerror(errno));
+		return;
+	}
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+			scan_entry(s, dir, fd, depth, e);
+	closedir(d);
+}
+
+int wdisk_scan(struct tree *t, struct wtree *w)
+{
+	struct scan s = { .t = t, .w = w };
+	struct stat st;
+
+	if (fstat(w->root_fd, &st) < 0)
+		return -errno;
+	pthread_mutex_lock(&w->mu);
+	wnode_ino_set_locked(w, w->root, st.st_ino);
+	scan_dir(&s, w->root, w->root_fd, 0);
+	pthread_mutex_unlock(&w->mu);
+	log_info("cache: %llu files, %llu bytes in the store%s", (unsigned long long)w->files,
+		 (unsigned long long)w->bytes, s.dropped ? " (some entries dropped: see above)" : "");
+	return 0;
+}
+
+/* ---- changes ---------------------------------------------------------------------- */
+
+/* The store directory of dir, opened: fd or -errno. */
+static int dir_open_locked(struct wtree *w, const struct wnode *dir)
+{
+	char path[WTREE_PATH_MAX + 2];
+	int rc = wnode_path_locked(dir, path, sizeof(path));
+
+	if (rc < 0)
+		return rc;
+	int fd = openat(w->root_fd, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+int wdisk_mkdir_locked(struct wtree *w, struct wnode *n)
+{
+	int dirfd = dir_open_locked(w, n->parent);
+	struct stat st;
+
+	if (dirfd < 0)
+		return dirfd;
+	int rc = mkdirat(dirfd, n->name, 0700) < 0 && errno != EEXIST ? -errno : 0;
+	if (rc == 0 && fstatat(dirfd, n->name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		rc = -errno;
+	close(dirfd);
+	if (rc == 0)
+		wnode_ino_set_locked(w, n, st.st_ino);
+	return rc;
+}
+
+/* Removes what is under the directory fd, then nothing else. */
+static void remove_under(int fd, unsigned depth)
+{
+	int dup_fd = dup(fd);
+	DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+	struct dirent *e;
+
+	if (!d) {
+		if (dup_fd >= 0)
+			close(dup_fd);
+		return;
+	}
+	while ((e = readdir(d))) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (e->d_type == DT_DIR && depth < WTREE_DEPTH_MAX) {
+			int sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0) {
+				remove_under(sub, depth + 1);
+				close(sub);
+			}
+			unlinkat(fd, e->d_name, AT_REMOVEDIR);
+		} else {
+			unlinkat(fd, e->d_name, 0);
+		}
+	}
+	closedir(d);
+}
+
+/* n (a file, or a directory with all under it) leaves the store. */
+int wdisk_remove_locked(struct wtree *w, struct wnode *n)
+{
+	int dirfd = dir_open_locked(w, n->parent);
+
+	if (dirfd < 0)
+		return dirfd;
+	int rc = 0;
+	if (n->dir) {
+		int fd = openat(dirfd, n->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0) {
+			remove_under(fd, wnode_depth_locked(n));
+			close(fd);
+		}
+		rc = unlinkat(dirfd, n->name, AT_REMOVEDIR) < 0 ? -errno : 0;
+	} else {
+		rc = unlinkat(dirfd, n->name, 0) < 0 ? -errno : 0;
+	}
+	close(dirfd);
+	return rc == -ENOENT ? 0 : rc;
+}
+
+int wdisk_rename_locked(struct wtree *w, struct wnode *n, struct wnode *to_dir, const char *to)
+{
+	int from = dir_open_locked(w, n->parent);
+	int into = from < 0 ? -1 : dir_open_locked(w, to_dir);
+
+	if (from < 0 || into < 0) {
+		if (from >= 0)
+			close(from);
+		return from < 0 ? from : into;
+	}
+	int rc = renameat2(from, n->name, into, to, RENAME_NOREPLACE) < 0 ? -errno : 0;
+	close(from);
+	close(into);
+	return rc;
+}
+
+int wdisk_link_locked(struct wtree *w, struct wnode *n, int fd)
+{
+	int dirfd = dir_open_locked(w, n->parent);
+	struct stat st;
+
+	if (dirfd < 0)
+		return dirfd;
+	struct store_tmp tmp = { .fd = fd, .dirfd = -1 };
+	int rc = store_tmp_link(dirfd, false, &tmp, n->name);
+	if (rc == -EEXIST) { /* a file the tree does not know of (not one it indexed) */
+		unlinkat(dirfd, n->name, 0);
+		rc = store_tmp_link(dirfd, false, &tmp, n->name);
+	}
+	close(dirfd);
+	if (rc == 0 && fstat(fd, &st) == 0) {
+		wnode_ino_set_locked(w, n, st.st_ino);
+		n->checked_mtime = st.st_mtim;
+		n->checked_ctime = st.st_ctim;
+		n->checked = true;
+	}
+	return rc;
+}

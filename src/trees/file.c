@@ -1,0 +1,529 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Open files of a write-once tree: a file being written (into an unnamed
+ * temporary file of the store; its owner's close commits it, checked and
+ * linked in, or drops it where another writer's bytes came first), and a
+ * committed file read (checked against its SHA-256 before the first byte
+ * when its store file changed since the last check, then served from a
+ * mapping of it). */
+#include "autoconf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lib/log.h"
+#include "lib/sha256.h"
+#include "store/store.h"
+#include "trees/wtree_i.h"
+
+/* ---- room ------------------------------------------------------------------------- */
+
+static void evict_locked(struct tree *t, struct wtree *w, struct wnode *n)
+{
+	char path[WTREE_PATH_MAX + 2];
+
+	(void)t;
+	if (wnode_path_locked(n, path, sizeof(path)) < 0)
+		strcpy(path, n->name);
+	if (wdisk_remove_locked(w, n) < 0)
+		log_warn("cache: evicting %.400s: %s", path, strerror(errno));
+	log_debug("cache: %.400s evicted (%llu bytes)", path, (unsigned long long)n->size);
+	w->bytes -= n->size;
+	w->files--;
+	counter_inc(&w->t->metrics.cache_evictions);
+	wnode_detach_locked(w, n);
+}
+
+int wfile_make_room_locked(struct tree *t, struct wtree *w, uint64_t need)
+{
+	if (need > w->capacity)
+		return -ENOSPC;
+	while (w->bytes + w->reserved + need > w->capacity) {
+		struct wnode *n = w->lru.lru_next;
+		if (n == &w->lru)
+			return -ENOSPC; /* every committed file is open */
+		evict_locked(t, w, n);
+	}
+	return 0;
+}
+
+/* ---- writing ---------------------------------------------------------------------- */
+
+struct wwrite {
+	struct handle h;
+	struct wnode *n;        /* referenced: the writer's node, pending until its commit */
+	struct store_tmp tmp;
+	uint64_t size;          /* bytes written (the highest end) */
+	uint64_t reserved;      /* of the tree's room, for them */
+	uint64_t owner;         /* the file table that wrote first (0: unknown) */
+	bool written;
+	int error;              /* the first failure: its commit answers it */
+	bool ended;             /* committed or dropped */
+};
+
+static struct wtree *tree_of_node(struct wnode *n)
+{
+	return n->tree;
+}
+
+static int write_reserve(struct tree *t, struct wwrite *f, uint64_t end)
+{
+	struct wtree *w = tree_of_node(f->n);
+	int rc = 0;
+
+	if (end <= f->reserved)
+		return 0;
+	if (end > w->max_file)
+		return -EFBIG;
+	pthread_mutex_lock(&w->mu);
+	rc = wfile_make_room_locked(t, w, end - f->reserved);
+	if (rc == 0) {
+		w->reserved += end - f->reserved;
+		f->reserved = end;
+	}
+	pthread_mutex_unlock(&w->mu);
+	return rc;
+}
+
+static void write_unreserve(struct wwrite *f)
+{
+	struct wtree *w = tree_of_node(f->n);
+
+	pthread_mutex_lock(&w->mu);
+	w->reserved -= f->reserved;
+	f->reserved = 0;
+	pthread_mutex_unlock(&w->mu);
+}
+
+static int write_op(struct tree *t, struct handle *h, uint64_t off, const void *buf, size_t len,
+		    uint64_t owner)
+{
+	struct wwrite *f = (struct wwrite *)h;
+
+	if (f->ended)
+		return -EACCES; /* committed: immutable */
+	if (f->error)
+		return f->error;
+	if (off > UINT64_MAX - len)
+		return -EFBIG;
+	int rc = write_reserve(t, f, off + len);
+	if (rc == 0)
+		rc = store_pwrite_all(f->tmp.fd, buf, len, (off_t)(off + WTREE_HEADER));
+	if (rc < 0) {
+		if (rc != -EFBIG && rc != -ENOSPC)
+			log_err("cache: writing %.255s: %s", f->n->name, strerror(-rc));
+		f->error = rc;
+		return rc;
+	}
+	if (!f->written)
+		f->owner = owner;
+	f->written = true;
+	if (off + len > f->size) { /* the writer's own view of its size (getattr) */
+		struct wtree *w = tree_of_node(f->n);
+		pthread_mutex_lock(&w->mu);
+		f->size = f->n->size = off + len;
+		pthread_mutex_unlock(&w->mu);
+	}
+	return (int)len;
+}
+
+/* The SHA-256 of the written bytes, read back from the temporary file. */
+static int write_digest(struct wwrite *f, uint8_t sha[32])
+{
+	static const size_t chunk = 1u << 20;
+	struct sha256 s;
+	char *buf = malloc(chunk);
+
+	if (!buf || sha256_begin(&s) < 0) {
+		free(buf);
+		return -ENOMEM;
+	}
+	for (uint64_t at = 0; at < f->size;) {
+		size_t n = f->size - at < chunk ? (size_t)(f->size - at) : chunk;
+		int rc = store_pread_all(f->tmp.fd, buf, n, (off_t)(at + WTREE_HEADER));
+		if (rc < 0) {
+			sha256_abandon(&s);
+			free(buf);
+			return rc;
+		}
+		sha256_update(&s, buf, n);
+		at += n;
+	}
+	sha256_end(&s, sha);
+	free(buf);
+	return 0;
+}
+
+/* Another entry holds the name: the first stays (DESIGN.md §9). */
+static int commit_onto_locked(struct wtree *w, struct wwrite *f, struct wnode *old,
+			      const uint8_t sha[32])
+{
+	char path[WTREE_PATH_MAX + 2];
+
+	if (old->dir)
+		return -EISDIR;
+	if (old->size == f->size && memcmp(old->sha, sha, 32) == 0)
+		return 0;
+	counter_inc(&w->t->metrics.cache_collisions);
+	if (wnode_path_locked(old, path, sizeof(path)) < 0)
+		strcpy(path, old->name);
+	log_info("cache: %.400s was committed first with other bytes; those stay", path);
+	return 0;
+}
+
+static int commit_locked(struct tree *t, struct wtree *w, struct wwrite *f,
+			 const uint8_t sha[32])
+{
+	struct wnode *n = f->n, *dir = n->parent;
+
+	if (dir->state != WNODE_LIVE)
+		return -ENOENT; /* its directory was removed meanwhile */
+	struct wnode *old = wnode_find_locked(w, dir, n->name);
+	if (old)
+		return commit_onto_locked(w, f, old, sha);
+	w->reserved -= f->reserved;
+	f->reserved = 0;
+	int rc = wfile_make_room_locked(t, w, f->size);
+	if (rc == 0)
+		rc = wdisk_link_locked(w, n, f->tmp.fd);
+	if (rc == 0) {
+		dir->dir->pending--;
+		rc = wnode_insert_locked(w, dir, n); /* LIVE from here on */
+		if (rc < 0)
+			dir->dir->pending++;
+	}
+	if (rc < 0)
+		return rc;
+	n->size = f->size;
+	memcpy(n->sha, sha, 32);
+	n->mtime = clock_now();
+	w->bytes += n->size;
+	w->files++;
+	counter_inc(&w->t->metrics.cache_commits);
+	if (!n->open)
+		wnode_lru_touch_locked(w, n);
+	return 0;
+}
+
+/* A file being written is no more (committed, dropped, or released). */
+static void pending_end_locked(struct wnode *n)
+{
+	if (n->state != WNODE_PENDING)
+		return;
+	n->parent->dir->pending--;
+	n->state = WNODE_GONE;
+}
+
+static int commit(struct tree *t, struct wwrite *f)
+{
+	struct wtree *w = tree_of_node(f->n);
+	struct wheader hd = { .size = f->size };
+	int rc = f->error;
+
+	f->ended = true;
+	if (rc == 0)
+		rc = write_digest(f, hd.sha);
+	memcpy(hd.magic, WTREE_MAGIC, 8);
+	if (rc == 0)
+		rc = store_pwrite_all(f->tmp.fd, &hd, sizeof(hd), 0);
+	pthread_mutex_lock(&w->mu);
+	if (rc == 0)
+		rc = commit_locked(t, w, f, hd.sha);
+	pending_end_locked(f->n); /* dropped, when it did not become the entry */
+	pthread_mutex_unlock(&w->mu);
+	if (f->reserved)
+		write_unreserve(f);
+	store_tmp_close(&f->tmp);
+	if (rc < 0 && rc != -ENOSPC && rc != -EFBIG && rc != -ENOENT)
+		log_err("cache: committing %.255s: %s", f->n->name, strerror(-rc));
+	return rc;
+}
+
+/* The close of a descriptor by the file table that wrote commits what it
+ * wrote. A close before any write (a shell's dup2 and close of the
+ * descriptor it redirects) commits nothing: the file is still to be
+ * written, and one never written is committed empty at its release. */
+/* Never committed: what was written goes. */
+static void drop(struct wwrite *f)
+{
+	struct wtree *w = tree_of_node(f->n);
+
+	f->ended = true;
+	if (f->reserved)
+		write_unreserve(f);
+	store_tmp_close(&f->tmp);
+	pthread_mutex_lock(&w->mu);
+	pending_end_locked(f->n);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static int flush_op(struct tree *t, struct handle *h, uint64_t owner)
+{
+	struct wwrite *f = (struct wwrite *)h;
+
+	if (owner == TREE_OWNER_KILLED && !f->ended) {
+		drop(f);
+		log_info("cache: %.255s dropped: its writer was killed before it closed it",
+			 f->n->name);
+		return 0;
+	}
+	if (f->ended || !f->written || (owner && f->owner && owner != f->owner))
+		return 0; /* nothing written yet, or another file table's close */
+	return commit(t, f);
+}
+
+static int fsync_op(struct tree *t, struct handle *h)
+{
+	struct wwrite *f = (struct wwrite *)h;
+
+	return f->ended ? 0 : commit(t, f);
+}
+
+static void write_release(struct tree *t, struct handle *h)
+{
+	struct wwrite *f = (struct wwrite *)h;
+
+	if (!f->ended) /* an empty file, or one whose writer's table never closed it */
+		commit(t, f);
+	struct wtree *w = tree_of_node(f->n);
+	pthread_mutex_lock(&w->mu);
+	pending_end_locked(f->n);
+	pthread_mutex_unlock(&w->mu);
+	node_unref(&f->n->node, 1);
+	free(f);
+}
+
+static bool write_quick(struct tree *t, struct handle *h, size_t len)
+{
+	(void)t;
+	(void)h;
+	return len <= HANDLE_QUICK_BYTES;
+}
+
+static bool flush_quick(struct tree *t, struct handle *h)
+{
+	(void)t;
+	return ((struct wwrite *)h)->size <= HANDLE_QUICK_BYTES;
+}
+
+static const struct handle_ops write_ops = {
+	.kind = "cache file being written",
+	.write = write_op,
+	.flush = flush_op,
+	.fsync = fsync_op,
+	.release = write_release,
+	.write_quick = write_quick,
+	.flush_quick = flush_quick,
+	.release_slow = true,
+	.held_kind = HANDLE_CACHE_WRITE,
+};
+
+/* n: the pending node, referenced by the caller for the handle. */
+int wfile_create(struct tree *t, struct wnode *n, struct handle **h)
+{
+	struct wwrite *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -ENOMEM;
+	int rc = store_tmp_open(&t->store, &f->tmp, 0);
+	if (rc < 0) {
+		log_err("cache: a temporary file for %.255s: %s", n->name, strerror(-rc));
+		free(f);
+		return rc;
+	}
+	handle_init(&f->h, &write_ops);
+	f->n = n;
+	*h = &f->h;
+	return 0;
+}
+
+/* ---- reading ---------------------------------------------------------------------- */
+
+struct wread {
+	struct handle h;
+	struct wnode *n;        /* referenced */
+	void *map;              /* the store file, header included; NULL when empty */
+	size_t map_len;
+	uint64_t size;
+};
+
+static int read_op(struct tree *t, struct handle *h, uint64_t off, size_t size,
+		   const void **data, size_t *len)
+{
+	struct wread *f = (struct wread *)h;
+
+	(void)t;
+	if (f->n->damaged)
+		return -EIO;
+	buffer_slice(f->map ? (char *)f->map + WTREE_HEADER : NULL, f->size, off, size, data, len);
+	return 0;
+}
+
+static bool read_quick(struct tree *t, struct handle *h)
+{
+	(void)t;
+	return ((struct wread *)h)->size <= HANDLE_QUICK_BYTES;
+}
+
+static void read_release(struct tree *t, struct handle *h)
+{
+	struct wread *f = (struct wread *)h;
+	struct wtree *w = tree_of_node(f->n);
+
+	(void)t;
+	if (f->map)
+		munmap(f->map, f->map_len);
+	pthread_mutex_lock(&w->mu);
+	if (--f->n->open == 0 && f->n->state == WNODE_LIVE)
+		wnode_lru_touch_locked(w, f->n);
+	pthread_mutex_unlock(&w->mu);
+	node_unref(&f->n->node, 1);
+	free(f);
+}
+
+static const struct handle_ops read_ops = {
+	.kind = "cache file",
+	.read = read_op,
+	.release = read_release,
+	.read_quick = read_quick,
+	.held_kind = HANDLE_CACHE_READ,
+};
+
+/* The store file changed since its last check, or was never checked. */
+static bool needs_check(const struct wnode *n, const struct stat *st)
+{
+	return !n->checked || (uint64_t)st->st_ino != n->ino ||
+	       st->st_mtim.tv_sec != n->checked_mtime.tv_sec ||
+	       st->st_mtim.tv_nsec != n->checked_mtime.tv_nsec ||
+	       st->st_ctim.tv_sec != n->checked_ctime.tv_sec ||
+	       st->st_ctim.tv_nsec != n->checked_ctime.tv_nsec;
+}
+
+/* The mapping's header and bytes against what the commit recorded. */
+static bool map_matches(const struct wread *f, const struct wnode *n)
+{
+	const struct wheader *hd = f->map;
+	uint8_t sha[32];
+
+	if (f->map_len != WTREE_HEADER + n->size || memcmp(hd->magic, WTREE_MAGIC, 8) != 0 ||
+	    hd->size != n->size || memcmp(hd->sha, n->sha, 32) != 0)
+		return false;
+	sha256_once((const char *)f->map + WTREE_HEADER, n->size, sha);
+	return memcmp(sha, n->sha, 32) == 0;
+}
+
+/* A committed file failed its check: gone from the tree, a miss from now
+ * on (the tool builds it again); open readers get EIO. */
+static void damaged(struct tree *t, struct wnode *n, const char *why)
+{
+	struct wtree *w = tree_of_node(n);
+	char path[WTREE_PATH_MAX + 2];
+
+	(void)t;
+	pthread_mutex_lock(&w->mu);
+	if (wnode_path_locked(n, path, sizeof(path)) < 0)
+		strcpy(path, n->name);
+	n->damaged = true;
+	if (n->state == WNODE_LIVE) {
+		log_err("cache: .cache/%.400s %s in the store; dropped (a miss from now on)", path,
+			why);
+		counter_inc(&w->t->metrics.cache_damaged);
+		wdisk_remove_locked(w, n);
+		w->bytes -= n->size;
+		w->files--;
+		wnode_detach_locked(w, n);
+	}
+	pthread_mutex_unlock(&w->mu);
+}
+
+static int read_map(struct wread *f, int fd, const struct stat *st)
+{
+	f->map_len = (size_t)st->st_size;
+	if (f->map_len == 0)
+		return 0;
+	f->map = mmap(NULL, f->map_len, PROT_READ, MAP_SHARED, fd, 0);
+	if (f->map == MAP_FAILED) {
+		f->map = NULL;
+		return -errno;
+	}
+	return 0;
+}
+
+/* The store file of n, opened: fd or -errno. */
+static int store_file_open(struct wtree *w, struct wnode *n)
+{
+	char path[WTREE_PATH_MAX + 2];
+
+	pthread_mutex_lock(&w->mu);
+	int rc = n->state != WNODE_LIVE ? -ESTALE : wnode_path_locked(n, path, sizeof(path));
+	if (rc == 0) {
+		n->open++; /* held open: not evicted from here on */
+		wnode_lru_remove_locked(w, n);
+	}
+	pthread_mutex_unlock(&w->mu);
+	if (rc < 0)
+		return rc;
+	int fd = openat(w->root_fd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+static int read_check(struct tree *t, struct wread *f, int fd)
+{
+	struct wnode *n = f->n;
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	int rc = read_map(f, fd, &st);
+	if (rc < 0)
+		return rc;
+	if (!needs_check(n, &st) && f->map_len == WTREE_HEADER + n->size)
+		return 0;
+	if (!f->map || !map_matches(f, n)) {
+		damaged(t, n, f->map_len == WTREE_HEADER + n->size ? "failed its SHA-256 check"
+								    : "has the wrong size");
+		return -ENOENT;
+	}
+	pthread_mutex_lock(&tree_of_node(n)->mu);
+	n->checked_mtime = st.st_mtim;
+	n->checked_ctime = st.st_ctim;
+	n->checked = true;
+	pthread_mutex_unlock(&tree_of_node(n)->mu);
+	return 0;
+}
+
+int wfile_open(struct tree *t, struct wnode *n, struct handle **h)
+{
+	struct wtree *w = tree_of_node(n);
+	struct wread *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -ENOMEM;
+	handle_init(&f->h, &read_ops);
+	f->n = n;
+	f->size = n->size;
+	node_ref(&n->node);
+	int fd = store_file_open(w, n);
+	int rc = fd < 0 ? fd : read_check(t, f, fd);
+	if (fd >= 0)
+		close(fd);
+	if (rc == -ENOENT && fd == -ENOENT)
+		damaged(t, n, "is missing");
+	if (rc < 0) {
+		if (fd != -ESTALE)
+			read_release(t, &f->h); /* its open count goes again */
+		else {
+			node_unref(&n->node, 1);
+			free(f);
+		}
+		return rc;
+	}
+	counter_inc(&w->t->metrics.cache_hits);
+	*h = &f->h;
+	return 0;
+}

@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The nodes of a write-once tree in memory: each directory's entries by
+ * name, every node by its store inode number (what the next daemon finds
+ * it by), and the committed files nobody holds open, least recently
+ * opened first (what goes when the tree is full). */
+#include "autoconf.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trees/wtree_i.h"
+
+static uint64_t name_hash(const struct wtree *w, const char *name)
+{
+	uint64_t h = 1469598103934665603ull ^ w->seed;
+
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 1099511628211ull;
+	return h ^ (h >> 29);
+}
+
+struct wnode *wnode_new(struct wtree *w, struct wnode *parent, const char *name, bool is_dir)
+{
+	struct wnode *n = calloc(1, sizeof(*n));
+
+	if (!n || !(n->name = strdup(name)))
+		goto fail;
+	if (is_dir) {
+		n->dir = calloc(1, sizeof(*n->dir));
+		if (!n->dir || !(n->dir->buckets = calloc(8, sizeof(struct wnode *))))
+			goto fail;
+		n->dir->nbuckets = 8;
+	}
+	n->node.type = is_dir ? NODE_CACHE_DIR : NODE_CACHE_FILE;
+	atomic_init(&n->node.refs, 1);
+	n->tree = w;
+	pthread_mutex_lock(&w->all_mu);
+	n->node.next = w->all.next;
+	n->node.prev = &w->all;
+	w->all.next->prev = &n->node;
+	w->all.next = &n->node;
+	pthread_mutex_unlock(&w->all_mu);
+	n->parent = parent;
+	if (parent)
+		node_ref(&parent->node);
+	n->state = is_dir ? WNODE_LIVE : WNODE_PENDING;
+	n->mtime = clock_now();
+	return n;
+fail:
+	if (n) {
+		free(n->name);
+		if (n->dir)
+			free(n->dir->buckets);
+		free(n->dir);
+	}
+	free(n);
+	return NULL;
+}
+
+struct wnode *wnode_find_locked(struct wtree *w, struct wnode *dir, const char *name)
+{
+	struct wdir *d = dir->dir;
+
+	if (!d)
+		return NULL;
+	for (struct wnode *n = d->buckets[name_hash(w, name) & (d->nbuckets - 1)]; n; n = n->chain)
+		if (strcmp(n->name, name) == 0)
+			return n;
+	return NULL;
+}
+
+static int grow(struct wtree *w, struct wdir *d)
+{
+	size_t nb = d->nbuckets * 2;
+	struct wnode **b = calloc(nb, sizeof(*b));
+
+	if (!b)
+		return -ENOMEM;
+	for (size_t i = 0; i < d->nbuckets; i++)
+		for (struct wnode *n = d->buckets[i], *next; n; n = next) {
+			next = n->chain;
+			size_t k = name_hash(w, n->name) & (nb - 1);
+			n->chain = b[k];
+			b[k] = n;
+		}
+	free(d->buckets);
+	d->buckets = b;
+	d->nbuckets = nb;
+	return 0;
+}
+
+/* The directory takes a reference of n (its entry). */
+int wnode_insert_locked(struct wtree *w, struct wnode *dir, struct wnode *n)
+{
+	struct wdir *d = dir->dir;
+
+	if (d->count + 1 > d->nbuckets && grow(w, d) < 0)
+		return -ENOMEM;
+	size_t k = name_hash(w, n->name) & (d->nbuckets - 1);
+	n->chain = d->buckets[k];
+	d->buckets[k] = n;
+	d->count++;
+	if (n->parent != dir) {
+		node_ref(&dir->node);
+		struct wnode *old = n->parent;
+		n->parent = dir;
+		if (old)
+			node_unref(&old->node, 1);
+	}
+	n->state = WNODE_LIVE;
+	node_ref(&n->node);
+	dir->mtime = clock_now();
+	return 0;
+}
+
+/* Takes n out of its directory (its entry's reference goes). */
+void wnode_detach_locked(struct wtree *w, struct wnode *n)
+{
+	struct wdir *d = n->parent ? n->parent->dir : NULL;
+
+	if (!d || n->state != WNODE_LIVE)
+		return;
+	struct wnode **p = &d->buckets[name_hash(w, n->name) & (d->nbuckets - 1)];
+	while (*p && *p != n)
+		p = &(*p)->chain;
+	if (*p) {
+		*p = n->chain;
+		d->count--;
+	}
+	n->chain = NULL;
+	n->state = WNODE_GONE;
+	n->parent->mtime = clock_now();
+	wnode_lru_remove_locked(w, n);
+	node_unref(&n->node, 1);
+}
+
+static size_t ino_slot(const struct wtree *w, uint64_t ino)
+{
+	return (size_t)((ino * 0x9e3779b97f4a7c15ull) >> 17) & (w->ninos - 1);
+}
+
+static void ino_unset_locked(struct wtree *w, struct wnode *n)
+{
+	if (!n->ino || !w->ninos)
+		return;
+	struct wnode **p = &w->inos[ino_slot(w, n->ino)];
+	while (*p && *p != n)
+		p = &(*p)->ino_next;
+	if (*p) {
+		*p = n->ino_next;
+		w->ino_count--;
+	}
+	n->ino_next = NULL;
+	n->ino = 0;
+}
+
+void wnode_ino_set_locked(struct wtree *w, struct wnode *n, uint64_t ino)
+{
+	ino_unset_locked(w, n);
+	if (w->ino_count + 1 > w->ninos) {
+		size_t nb = w->ninos ? w->ninos * 2 : 1024;
+		struct wnode **b = calloc(nb, sizeof(*b));
+		if (!b)
+			return; /* not findable by a next daemon: its ids go stale */
+		struct wnode **old = w->inos;
+		size_t nold = w->ninos;
+		w->inos = b;
+		w->ninos = nb;
+		for (size_t i = 0; i < nold; i++)
+			for (struct wnode *m = old[i], *next; m; m = next) {
+				next = m->ino_next;
+				size_t k = ino_slot(w, m->ino);
+				m->ino_next = b[k];
+				b[k] = m;
+			}
+		free(old);
+	}
+	n->ino = ino;
+	size_t k = ino_slot(w, ino);
+	n->ino_next = w->inos[k];
+	w->inos[k] = n;
+	w->ino_count++;
+}
+
+struct wnode *wnode_by_ino_locked(struct wtree *w, uint64_t ino)
+{
+	if (!w->ninos || !ino)
+		return NULL;
+	for (struct wnode *n = w->inos[ino_slot(w, ino)]; n; n = n->ino_next)
+		if (n->ino == ino)
+			return n;
+	return NULL;
+}
+
+void wnode_lru_remove_locked(struct wtree *w, struct wnode *n)
+{
+	(void)w;
+	if (!n->lru_prev)
+		return;
+	n->lru_prev->lru_next = n->lru_next;
+	n->lru_next->lru_prev = n->lru_prev;
+	n->lru_prev = n->lru_next = NULL;
+}
+
+/* n becomes the most recently used (the list's tail). */
+void wnode_lru_touch_locked(struct wtree *w, struct wnode *n)
+{
+	wnode_lru_remove_locked(w, n);
+	n->lru_prev = w->lru.lru_prev;
+	n->lru_next = &w->lru;
+	w->lru.lru_prev->lru_next = n;
+	w->lru.lru_prev = n;
+}
+
+unsigned wnode_depth_locked(const struct wnode *n)
+{
+	unsigned d = 0;
+
+	for (; n && n->parent; n = n->parent)
+		d++;
+	return d;
+}
+
+int wnode_path_locked(const struct wnode *n, char *buf, size_t len)
+{
+	size_t at = len;
+
+	if (len < 2)
+		return -ENAMETOOLONG;
+	buf[--at] = '\0';
+	if (!n->parent) {
+		strcpy(buf, ".");
+		return 0;
+	}
+	for (const struct wnode *m = n; m->parent; m = m->parent) {
+		size_t l = strlen(m->name);
+		if (l + (m != n) > at || len - at + l > WTREE_PATH_MAX)
+			return -ENAMETOOLONG;
+		if (m != n)
+			buf[--at] = '/';
+		at -= l;
+		memcpy(buf + at, m->name, l);
+	}
+	memmove(buf, buf + at, len - at);
+	return 0;
+}
+
+static void wnode_free(struct wnode *n)
+{
+	if (n->dir)
+		free(n->dir->buckets);
+	free(n->dir);
+	free(n->name);
+	free(n);
+}
+
+/* The last reference went: a node out of the tree (its directory held
+ * one while it was in it). Its parent's reference goes with it. */
+void wnode_free_hook(struct node *node)
+{
+	struct wnode *n = wnode_of(node), *parent = n->parent;
+	struct wtree *w = n->tree;
+
+	pthread_mutex_lock(&w->all_mu);
+	node->prev->next = node->next;
+	node->next->prev = node->prev;
+	pthread_mutex_unlock(&w->all_mu);
+	wnode_free(n);
+	if (parent)
+		node_unref(&parent->node, 1);
+}
+
+/* At shutdown, with no request in flight: every node goes, whoever still
+ * references it (the kernel does not forget every inode before a session
+ * ends). */
+void wnodes_destroy(struct wtree *w)
+{
+	pthread_mutex_lock(&w->all_mu);
+	while (w->all.next != &w->all) {
+		struct node *node = w->all.next;
+		node->prev->next = node->next;
+		node->next->prev = node->prev;
+		wnode_free(wnode_of(node));
+	}
+	pthread_mutex_unlock(&w->all_mu);
+	w->root = NULL;
+	free(w->inos);
+	w->inos = NULL;
+}

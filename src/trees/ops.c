@@ -1,0 +1,482 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The calls of the namespace on a write-once tree (DESIGN.md §9): lookup,
+ * attributes, mkdir, rmdir, unlink, rename (the first entry of a name
+ * stays), create and open, listings, and the nodes a next daemon finds
+ * again. Each change is made in the store and in the nodes under the
+ * tree's lock. */
+#include "autoconf.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lib/log.h"
+#include "state/ids.h"
+#include "trees/names.h"
+#include "trees/wtree_i.h"
+
+#define WTREE_DIR_ATTR_TIMEOUT 1.0
+
+/* ---- the tree --------------------------------------------------------------------- */
+
+int wtree_open(struct tree *t, char *err, size_t errlen)
+{
+	struct wtree *w = calloc(1, sizeof(*w));
+
+	if (!w) {
+		snprintf(err, errlen, "the .cache/ tree: out of memory");
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_mutex_init(&w->all_mu, NULL);
+	w->all.next = w->all.prev = &w->all;
+	w->lru.lru_next = w->lru.lru_prev = &w->lru;
+	w->t = t;
+	w->root_fd = -1;
+	w->capacity = t->cfg->cache_capacity;
+	w->max_file = t->cfg->cache_max_file;
+	w->seed = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)clock_now();
+	index_set_trees_free(wnode_free_hook);
+	w->root = wnode_new(w, NULL, WTREE_MOUNT_NAME, true);
+	int rc = w->root ? wdisk_open(t, w, err, errlen) : -ENOMEM;
+	if (rc == 0)
+		rc = wdisk_scan(t, w);
+	if (rc < 0) {
+		if (!w->root)
+			snprintf(err, errlen, "the .cache/ tree: out of memory");
+		t->cache = w;
+		wtree_close(t);
+		return rc;
+	}
+	t->cache = w;
+	return 0;
+}
+
+void wtree_close(struct tree *t)
+{
+	struct wtree *w = t->cache;
+
+	if (!w)
+		return;
+	wnodes_destroy(w);
+	if (w->root_fd >= 0)
+		close(w->root_fd);
+	pthread_mutex_destroy(&w->mu);
+	pthread_mutex_destroy(&w->all_mu);
+	free(w);
+	t->cache = NULL;
+}
+
+struct node *wtree_root(struct tree *t)
+{
+	node_ref(&t->cache->root->node);
+	return &t->cache->root->node;
+}
+
+void wtree_gauges(struct tree *t, uint64_t *bytes, uint64_t *files, uint64_t *capacity)
+{
+	struct wtree *w = t->cache;
+
+	pthread_mutex_lock(&w->mu);
+	*bytes = w->bytes;
+	*files = w->files;
+	*capacity = w->capacity;
+	pthread_mutex_unlock(&w->mu);
+}
+
+bool wtree_pending(const struct node *n)
+{
+	return n->type == NODE_CACHE_FILE && ((const struct wnode *)n)->state == WNODE_PENDING;
+}
+
+/* ---- attributes ------------------------------------------------------------------- */
+
+int wtree_getattr(struct tree *t, struct node *node, struct stat *st, double *timeout)
+{
+	struct wnode *n = wnode_of(node);
+	struct wtree *w = t->cache;
+	mode_t mode = n->dir ? S_IFDIR | 0777 : S_IFREG | (n->state == WNODE_PENDING ? 0644 : 0444);
+
+	memset(st, 0, sizeof(*st));
+	st->st_ino = node_id(t, node);
+	st->st_mode = (mode & S_IFMT) | (mode & 07777 & ~t->cfg->umask);
+	st->st_nlink = n->dir ? 2 : 1;
+	st->st_uid = t->cfg->uid;
+	st->st_gid = t->cfg->gid;
+	st->st_blksize = 128 * 1024;
+	pthread_mutex_lock(&w->mu);
+	st->st_size = n->dir ? 4096 : (off_t)n->size;
+	st->st_atim.tv_sec = st->st_mtim.tv_sec = st->st_ctim.tv_sec = n->mtime;
+	bool settled = !n->dir && n->state != WNODE_PENDING;
+	pthread_mutex_unlock(&w->mu);
+	st->st_blocks = (blkcnt_t)((st->st_size + 511) / 512);
+	*timeout = settled ? CACHE_FOREVER : n->dir ? WTREE_DIR_ATTR_TIMEOUT : 0;
+	return 0;
+}
+
+int wtree_setattr(struct tree *t, struct node *node, bool perm, const uint64_t *size)
+{
+	struct wnode *n = wnode_of(node);
+
+	(void)t;
+	if (perm)
+		return -EPERM; /* the mount's options say who may do what */
+	if (size && (n->dir || *size != n->size))
+		return n->dir ? -EISDIR : -EPERM; /* written once: no truncation */
+	return 0; /* times: kept as the tree's own (commit, last change) */
+}
+
+/* ---- names ------------------------------------------------------------------------ */
+
+/* The live directory dir, or why not. */
+static int dir_usable_locked(const struct wnode *dir)
+{
+	if (!dir->dir)
+		return -ENOTDIR;
+	return dir->state == WNODE_LIVE ? 0 : -ENOENT;
+}
+
+int wtree_lookup(struct tree *t, struct node *node, const char *name, struct node **out)
+{
+	struct wtree *w = t->cache;
+	struct wnode *dir = wnode_of(node);
+	int rc = wtree_name_check(name);
+
+	if (rc < 0)
+		return rc == -EINVAL ? -ENOENT : rc;
+	pthread_mutex_lock(&w->mu);
+	rc = dir_usable_locked(dir);
+	struct wnode *n = rc == 0 ? wnode_find_locked(w, dir, name) : NULL;
+	if (n)
+		node_ref(&n->node);
+	pthread_mutex_unlock(&w->mu);
+	if (rc == 0 && !n) {
+		counter_inc(&t->metrics.cache_misses);
+		rc = -ENOENT;
+	}
+	*out = n ? &n->node : NULL;
+	return rc;
+}
+
+/* A new name in dir: checked, free, and not too deep or long. */
+static int name_free_locked(struct wtree *w, struct wnode *dir, const char *name)
+{
+	char path[WTREE_PATH_MAX + 2];
+	int rc = dir_usable_locked(dir);
+
+	if (rc == 0)
+		rc = wtree_name_check(name);
+	if (rc == 0 && wnode_depth_locked(dir) + 1 > WTREE_DEPTH_MAX)
+		rc = -ENAMETOOLONG;
+	if (rc == 0 && (wnode_path_locked(dir, path, sizeof(path)) < 0 ||
+			strlen(path) + 1 + strlen(name) > WTREE_PATH_MAX))
+		rc = -ENAMETOOLONG;
+	if (rc == 0 && wnode_find_locked(w, dir, name))
+		rc = -EEXIST;
+	return rc;
+}
+
+int wtree_mkdir(struct tree *t, struct node *node, const char *name, struct node **out)
+{
+	struct wtree *w = t->cache;
+	struct wnode *dir = wnode_of(node), *n = NULL;
+
+	pthread_mutex_lock(&w->mu);
+	int rc = name_free_locked(w, dir, name);
+	if (rc == 0 && !(n = wnode_new(w, dir, name, true)))
+		rc = -ENOMEM;
+	if (rc == 0)
+		rc = wdisk_mkdir_locked(w, n);
+	if (rc == 0)
+		rc = wnode_insert_locked(w, dir, n);
+	pthread_mutex_unlock(&w->mu);
+	if (rc < 0 && n)
+		node_unref(&n->node, 1);
+	if (rc < 0 && rc != -EEXIST && rc != -ENOENT && rc != -ENAMETOOLONG && rc != -EINVAL)
+		log_err("cache: mkdir %.255s: %s", name, strerror(-rc));
+	*out = rc == 0 ? &n->node : NULL; /* its creation reference becomes the kernel's */
+	return rc;
+}
+
+/* n (a committed file) leaves the tree and the store. */
+static void drop_file_locked(struct wtree *w, struct wnode *n)
+{
+	wdisk_remove_locked(w, n);
+	w->bytes -= n->size;
+	w->files--;
+	wnode_detach_locked(w, n);
+}
+
+/* A directory and everything under it leave the tree (the store's copy
+ * is removed by the caller). */
+static void drop_nodes_locked(struct wtree *w, struct wnode *dir)
+{
+	struct wdir *d = dir->dir;
+
+	for (size_t i = 0; i < d->nbuckets; i++)
+		while (d->buckets[i]) {
+			struct wnode *n = d->buckets[i];
+			if (n->dir) {
+				drop_nodes_locked(w, n);
+			} else {
+				w->bytes -= n->size;
+				w->files--;
+				wnode_detach_locked(w, n);
+			}
+		}
+	wnode_detach_locked(w, dir);
+}
+
+static void drop_tree_locked(struct wtree *w, struct wnode *dir)
+{
+	wdisk_remove_locked(w, dir);
+	drop_nodes_locked(w, dir);
+}
+
+int wtree_rmdir(struct tree *t, struct node *node, const char *name)
+{
+	struct wtree *w = t->cache;
+	struct wnode *dir = wnode_of(node);
+
+	pthread_mutex_lock(&w->mu);
+	int rc = dir_usable_locked(dir);
+	struct wnode *n = rc == 0 ? wnode_find_locked(w, dir, name) : NULL;
+	if (rc == 0)
+		rc = !n ? -ENOENT : !n->dir ? -ENOTDIR : n->dir->count || n->dir->pending ? -ENOTEMPTY : 0;
+	if (rc == 0)
+		rc = wdisk_remove_locked(w, n);
+	if (rc == 0)
+		wnode_detach_locked(w, n);
+	pthread_mutex_unlock(&w->mu);
+	return rc;
+}
+
+int wtree_unlink(struct tree *t, struct node *node, const char *name)
+{
+	struct wtree *w = t->cache;
+	struct wnode *dir = wnode_of(node);
+
+	pthread_mutex_lock(&w->mu);
+	int rc = dir_usable_locked(dir);
+	struct wnode *n = rc == 0 ? wnode_find_locked(w, dir, name) : NULL;
+	if (rc == 0)
+		rc = !n ? -ENOENT : n->dir ? -EISDIR : 0;
+	if (rc == 0)
+		drop_file_locked(w, n);
+	pthread_mutex_unlock(&w->mu);
+	return rc;
+}
+
+/* ---- rename ----------------------------------------------------------------------- */
+
+/* Whether dir is n or under it (a directory moved into itself). */
+static bool is_under_locked(const struct wnode *dir, const struct wnode *n)
+{
+	for (; dir; dir = dir->parent)
+		if (dir == n)
+			return true;
+	return false;
+}
+
+/* src onto the existing dst: the first entry stays, src goes (0); an
+ * empty directory holds nothing to keep and is replaced (1). */
+static int rename_onto_locked(struct wtree *w, struct wnode *src, struct wnode *dst)
+{
+	char path[WTREE_PATH_MAX + 2];
+
+	if (src->dir && !dst->dir)
+		return -ENOTDIR;
+	if (!src->dir && dst->dir)
+		return -EISDIR;
+	if (src->dir && !dst->dir->count && !dst->dir->pending) {
+		int rc = wdisk_remove_locked(w, dst);
+		if (rc < 0)
+			return rc;
+		wnode_detach_locked(w, dst);
+		return 1;
+	}
+	if (src->dir) {
+		drop_tree_locked(w, src);
+		return 0;
+	}
+	if (src->size != dst->size || memcmp(src->sha, dst->sha, 32) != 0) {
+		counter_inc(&w->t->metrics.cache_collisions);
+		if (wnode_path_locked(dst, path, sizeof(path)) < 0)
+			strcpy(path, dst->name);
+		log_info("cache: rename onto .cache/%.400s, which holds other bytes: they stay",
+			 path);
+	}
+	drop_file_locked(w, src);
+	return 0;
+}
+
+/* src moves to to_dir/to, a free name. */
+static int rename_move_locked(struct wtree *w, struct wnode *src, struct wnode *to_dir,
+			      const char *to)
+{
+	char *name = strdup(to);
+	int rc = name ? wdisk_rename_locked(w, src, to_dir, to) : -ENOMEM;
+
+	if (rc < 0) {
+		free(name);
+		return rc;
+	}
+	node_ref(&src->node); /* across the move: the old directory's reference goes */
+	wnode_detach_locked(w, src);
+	free(src->name);
+	src->name = name;
+	rc = wnode_insert_locked(w, to_dir, src);
+	if (rc == 0 && !src->dir && !src->open)
+		wnode_lru_touch_locked(w, src);
+	node_unref(&src->node, 1);
+	return rc;
+}
+
+int wtree_rename(struct tree *t, struct node *from_node, const char *from, struct node *to_node,
+		 const char *to, unsigned flags)
+{
+	struct wtree *w = t->cache;
+	struct wnode *fdir = wnode_of(from_node), *tdir = wnode_of(to_node);
+
+	if (flags & ~1u) /* RENAME_NOREPLACE only: an exchange would unsettle committed names */
+		return -EINVAL;
+	pthread_mutex_lock(&w->mu);
+	int rc = dir_usable_locked(fdir);
+	struct wnode *src = rc == 0 ? wnode_find_locked(w, fdir, from) : NULL;
+	if (rc == 0 && !src)
+		rc = -ENOENT;
+	struct wnode *dst = NULL;
+	if (rc == 0 && (rc = name_free_locked(w, tdir, to)) == -EEXIST) {
+		dst = wnode_find_locked(w, tdir, to);
+		rc = 0;
+	}
+	if (rc == 0 && src->dir && is_under_locked(tdir, src))
+		rc = -EINVAL;
+	if (rc < 0 || dst == src)
+		; /* onto itself: nothing changes */
+	else if (dst && (flags & 1u))
+		rc = -EEXIST;
+	else if (dst && (rc = rename_onto_locked(w, src, dst)) == 1)
+		rc = rename_move_locked(w, src, tdir, to);
+	else if (!dst)
+		rc = rename_move_locked(w, src, tdir, to);
+	pthread_mutex_unlock(&w->mu);
+	if (rc < 0 && rc != -ENOENT && rc != -EEXIST && rc != -EINVAL && rc != -ENOTDIR &&
+	    rc != -EISDIR && rc != -ENAMETOOLONG)
+		log_err("cache: rename %.255s to %.255s: %s", from, to, strerror(-rc));
+	return rc;
+}
+
+/* ---- files ------------------------------------------------------------------------ */
+
+int wtree_create(struct tree *t, struct node *node, const char *name, int flags,
+		 struct node **out, struct handle **h, struct open_reply *r)
+{
+	struct wtree *w = t->cache;
+	struct wnode *dir = wnode_of(node), *n = NULL;
+
+	*out = NULL;
+	pthread_mutex_lock(&w->mu);
+	int rc = name_free_locked(w, dir, name);
+	if (rc == -EEXIST) {
+		struct wnode *old = wnode_find_locked(w, dir, name);
+		rc = (flags & O_EXCL) ? -EEXIST : old->dir ? -EISDIR : -EACCES; /* written once */
+	}
+	if (rc == 0 && !(n = wnode_new(w, dir, name, false)))
+		rc = -ENOMEM;
+	if (rc == 0)
+		dir->dir->pending++;
+	pthread_mutex_unlock(&w->mu);
+	if (rc < 0)
+		return rc;
+	node_ref(&n->node); /* the handle's; the creation reference becomes the kernel's */
+	rc = wfile_create(t, n, h);
+	if (rc < 0) {
+		pthread_mutex_lock(&w->mu);
+		dir->dir->pending--;
+		n->state = WNODE_GONE;
+		pthread_mutex_unlock(&w->mu);
+		node_unref(&n->node, 2);
+		return rc;
+	}
+	memset(r, 0, sizeof(*r));
+	*out = &n->node;
+	return 0;
+}
+
+int wtree_open_file(struct tree *t, struct node *node, int flags, struct handle **h,
+		    struct open_reply *r)
+{
+	struct wnode *n = wnode_of(node);
+
+	if (n->dir)
+		return -EISDIR;
+	if (n->state == WNODE_PENDING)
+		return -ENOENT; /* another process's file, not committed yet */
+	if (n->state == WNODE_GONE)
+		return -ESTALE; /* the kernel looks the name up again */
+	if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC))
+		return -EACCES; /* written once */
+	int rc = wfile_open(t, n, h);
+	if (rc == 0) {
+		memset(r, 0, sizeof(*r));
+		r->keep_cache = true; /* immutable: its pages stay valid */
+	}
+	return rc;
+}
+
+void wtree_list(struct tree *t, struct node *node, wtree_list_fn fn, void *ctx)
+{
+	struct wtree *w = t->cache;
+	struct wdir *d = wnode_of(node)->dir;
+
+	pthread_mutex_lock(&w->mu);
+	for (size_t i = 0; d && i < d->nbuckets; i++)
+		for (struct wnode *n = d->buckets[i]; n; n = n->chain)
+			fn(ctx, n->name, node_id(t, &n->node), n->dir ? DT_DIR : DT_REG);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* ---- the next daemon -------------------------------------------------------------- */
+
+/* Its store inode, and what tells a reused inode apart: a file's digest,
+ * a directory's name. */
+void wtree_describe(const struct node *node, struct held_node *d)
+{
+	const struct wnode *n = (const struct wnode *)node;
+	size_t len = strlen(n->name);
+
+	memcpy(d->key, &n->ino, sizeof(n->ino));
+	d->sub = n->state == WNODE_PENDING;
+	if (!n->dir) {
+		memcpy(d->hash, n->sha, 32);
+		d->hash_len = 32;
+	}
+	d->name_len = (uint8_t)(len > HELD_NAME_MAX ? HELD_NAME_MAX : len);
+	memcpy(d->name, n->name, d->name_len);
+	d->name[d->name_len] = '\0';
+}
+
+struct node *wtree_revive(struct tree *t, const struct held_node *r)
+{
+	struct wtree *w = t->cache;
+	uint64_t ino;
+
+	if (r->sub || !w)
+		return NULL; /* a file being written: it died with its daemon */
+	memcpy(&ino, r->key, sizeof(ino));
+	pthread_mutex_lock(&w->mu);
+	struct wnode *n = wnode_by_ino_locked(w, ino);
+	if (n && (n->state != WNODE_LIVE || (n->dir != NULL) != (r->type == NODE_CACHE_DIR) ||
+		  strncmp(n->name, r->name, r->name_len) != 0 ||
+		  (!n->dir && memcmp(n->sha, r->hash, 32) != 0)))
+		n = NULL; /* its inode number was given to another since */
+	if (n)
+		node_ref(&n->node);
+	pthread_mutex_unlock(&w->mu);
+	return n ? &n->node : NULL;
+}

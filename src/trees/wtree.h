@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The write-once trees (DESIGN.md §9): `.cache/`, directories of files
+ * that are written once, invisible until their close commits them,
+ * immutable after, checked (SHA-256) before the first byte of every open,
+ * bounded by use (least recently opened files go first), and kept in the
+ * store across daemons. The namespace (src/ns/) dispatches the calls on
+ * NODE_CACHE_DIR and NODE_CACHE_FILE nodes here; everything below is in
+ * this folder.
+ *
+ * Store layout: <store>/cache/ mirrors the tree; a committed file is a
+ * header of WTREE_HEADER bytes (magic, size, SHA-256) and its bytes. A
+ * file being written is an unnamed temporary file of the store until its
+ * commit links it in (a crash leaves nothing). A node is known to the next
+ * daemon by its store file's inode number, which renames keep. */
+#ifndef ARTFS_TREES_WTREE_H
+#define ARTFS_TREES_WTREE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "state/base.h"
+
+#define WTREE_DIR_NAME "cache"      /* the store's directory of the tree */
+#define WTREE_MOUNT_NAME ".cache"   /* its name in the mount's root */
+#define WTREE_DEPTH_MAX 32          /* directories below .cache/ */
+#define WTREE_PATH_MAX 4000         /* bytes of a path below .cache/ */
+
+/* Opens the tree in the store and indexes what it holds (a fresh start
+ * or a takeover alike: what the daemon before committed is in the store).
+ * 0 or -errno with why in err. */
+int wtree_open(struct tree *t, char *err, size_t errlen);
+void wtree_close(struct tree *t);
+
+/* The tree's root directory node (.cache), referenced. */
+struct node *wtree_root(struct tree *t);
+
+/* Calls on the tree's nodes, as the namespace's (ns/tree.h) are. */
+int wtree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeout);
+/* The node of name in dir, referenced (committed files and directories
+ * only). 0 or -errno. */
+int wtree_lookup(struct tree *t, struct node *dir, const char *name, struct node **out);
+int wtree_mkdir(struct tree *t, struct node *dir, const char *name, struct node **out);
+int wtree_rmdir(struct tree *t, struct node *dir, const char *name);
+int wtree_unlink(struct tree *t, struct node *dir, const char *name);
+int wtree_rename(struct tree *t, struct node *from_dir, const char *from, struct node *to_dir,
+		 const char *to, unsigned flags);
+/* A file made for writing: invisible to every other process until its
+ * close commits it. */
+int wtree_create(struct tree *t, struct node *dir, const char *name, int flags,
+		 struct node **out, struct handle **h, struct open_reply *r);
+/* Whether n is a file not committed yet (the kernel must not keep its entry). */
+bool wtree_pending(const struct node *n);
+int wtree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,
+		    struct open_reply *r);
+/* chmod/chown (perm), truncation to *size (NULL: none); times are the
+ * tree's own and a change of them is accepted and left. */
+int wtree_setattr(struct tree *t, struct node *n, bool perm, const uint64_t *size);
+
+/* A listing's names: fn(ctx, name, id, DT_*) for each entry of dir. */
+typedef void (*wtree_list_fn)(void *ctx, const char *name, uint64_t id, unsigned char type);
+void wtree_list(struct tree *t, struct node *dir, wtree_list_fn fn, void *ctx);
+
+/* What the next daemon needs to find n again (held.h), and finding it. */
+void wtree_describe(const struct node *n, struct held_node *d);
+struct node *wtree_revive(struct tree *t, const struct held_node *r);
+
+/* The tree's gauges for .artfs/metrics. */
+void wtree_gauges(struct tree *t, uint64_t *bytes, uint64_t *files, uint64_t *capacity);
+
+#endif

@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* What the files of src/trees/ share: the nodes of a write-once tree and
+ * the tree itself (nodes.c), its store (disk.c), its open files (file.c),
+ * the namespace calls (ops.c), names (names.h). */
+#ifndef ARTFS_TREES_WTREE_I_H
+#define ARTFS_TREES_WTREE_I_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "state/base.h"
+#include "trees/wtree.h"
+
+#define WTREE_HEADER 64
+#define WTREE_MAGIC "ARTFSWO1" /* 8 bytes: the header's first */
+
+enum wnode_state {
+	WNODE_PENDING = 1, /* a file being written: in no directory */
+	WNODE_LIVE,        /* in its directory */
+	WNODE_GONE,        /* unlinked, evicted, damaged, or a dropped rename source */
+};
+
+struct wdir;
+
+struct wnode {
+	struct node node;        /* NODE_CACHE_DIR or NODE_CACHE_FILE; its prev
+				  * and next: every node of the tree (nodes.c) */
+	struct wtree *tree;
+	struct wnode *parent;    /* referenced; NULL for the root */
+	struct wnode *chain;     /* next in the parent's bucket */
+	struct wnode *lru_prev, *lru_next; /* committed files nobody holds open */
+	struct wnode *ino_next;  /* chain of the tree's map by store inode */
+	struct wdir *dir;        /* a directory's entries */
+	uint8_t state;           /* enum wnode_state (tree lock) */
+	bool damaged;            /* failed its check: open readers get EIO */
+	uint32_t open;           /* open handles (tree lock) */
+	uint64_t ino;            /* its store file's inode number; 0: none yet */
+	uint64_t size;           /* bytes of a committed file */
+	uint8_t sha[32];         /* their SHA-256 */
+	/* The store file as last checked: a change since means checking again. */
+	struct timespec checked_mtime, checked_ctime;
+	bool checked;
+	int64_t mtime;           /* seconds: commit, or a directory's last change */
+	char *name;              /* its name in parent (tree lock) */
+};
+
+struct wdir {
+	struct wnode **buckets;
+	size_t nbuckets;         /* power of two */
+	size_t count;            /* live entries */
+	uint32_t pending;        /* files being written into it */
+};
+
+struct wtree {
+	pthread_mutex_t mu;      /* the nodes, their names and states, the byte count */
+	struct wnode *root;
+	int root_fd;             /* <store>/cache */
+	struct wnode **inos;     /* by store inode number */
+	size_t ninos, ino_count;
+	struct wnode lru;        /* head: lru.lru_next is the least recently opened */
+	pthread_mutex_t all_mu;  /* every node allocated, freed at the end */
+	struct node all;
+	uint64_t bytes;          /* committed bytes */
+	uint64_t reserved;       /* bytes written to files not committed yet */
+	uint64_t files;          /* committed files */
+	uint64_t capacity, max_file;
+	uint64_t seed;
+	struct tree *t;          /* the tree it is part of (its metrics, its store) */
+};
+
+static inline struct wnode *wnode_of(struct node *n)
+{
+	return (struct wnode *)n;
+}
+
+/* nodes.c (the tree lock held where it says "locked") */
+struct wnode *wnode_new(struct wtree *w, struct wnode *parent, const char *name, bool is_dir);
+struct wnode *wnode_find_locked(struct wtree *w, struct wnode *dir, const char *name);
+int wnode_insert_locked(struct wtree *w, struct wnode *dir, struct wnode *n);
+void wnode_detach_locked(struct wtree *w, struct wnode *n);
+void wnode_ino_set_locked(struct wtree *w, struct wnode *n, uint64_t ino);
+struct wnode *wnode_by_ino_locked(struct wtree *w, uint64_t ino);
+void wnode_lru_touch_locked(struct wtree *w, struct wnode *n);
+void wnode_lru_remove_locked(struct wtree *w, struct wnode *n);
+/* The path of n below the tree's root into buf ("." for the root):
+ * -ENAMETOOLONG past WTREE_PATH_MAX. */
+int wnode_path_locked(const struct wnode *n, char *buf, size_t len);
+/* Depth below the root (the root: 0). */
+unsigned wnode_depth_locked(const struct wnode *n);
+void wnode_free_hook(struct node *n);
+void wnodes_destroy(struct wtree *w);
+
+/* disk.c */
+struct wheader {
+	char magic[8];
+	uint64_t size;
+	uint8_t sha[32];
+	uint8_t pad[WTREE_HEADER - 8 - 8 - 32];
+};
+int wdisk_open(struct tree *t, struct wtree *w, char *err, size_t errlen);
+/* Indexes every committed file and directory under the root. */
+int wdisk_scan(struct tree *t, struct wtree *w);
+int wdisk_mkdir_locked(struct wtree *w, struct wnode *n);
+int wdisk_remove_locked(struct wtree *w, struct wnode *n);
+int wdisk_rename_locked(struct wtree *w, struct wnode *n, struct wnode *to_dir, const char *to);
+/* Links the written temporary file fd (header written) in as n. */
+int wdisk_link_locked(struct wtree *w, struct wnode *n, int fd);
+/* A store file's header checked against its size; 0 or -EBADMSG. */
+int wdisk_header_read(int fd, struct wheader *hd, uint64_t file_size);
+
+/* file.c */
+int wfile_create(struct tree *t, struct wnode *n, struct handle **h);
+int wfile_open(struct tree *t, struct wnode *n, struct handle **h);
+/* Frees committed files nobody holds open, least recently opened first,
+ * until need more bytes fit; -ENOSPC when they cannot. */
+int wfile_make_room_locked(struct tree *t, struct wtree *w, uint64_t need);
+
+#endif
