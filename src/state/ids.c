@@ -162,6 +162,23 @@ uint64_t ids_node_ref(struct tree *t, struct node *n)
 	return id;
 }
 
+void ids_node_redescribe(struct tree *t, struct node *n, const struct held_node *d)
+{
+	pthread_mutex_lock(&t->ids_mu);
+	uint64_t id = atomic_load(&n->id);
+	struct held_node *r = id >= HELD_NODE_BASE ? held_node_get(&t->held, id) : NULL;
+	if (r) {
+		r->sub = d->sub;
+		r->hash_len = d->hash_len;
+		r->name_len = d->name_len;
+		r->rank = d->rank;
+		memcpy(r->hash, d->hash, sizeof(r->hash));
+		memcpy(r->key, d->key, sizeof(r->key));
+		memcpy(r->name, d->name, sizeof(r->name));
+	}
+	pthread_mutex_unlock(&t->ids_mu);
+}
+
 uint64_t node_id(struct tree *t, struct node *n)
 {
 	uint64_t id = atomic_load(&n->id);

@@ -68,6 +68,10 @@ void ids_handle_unbind(struct tree *t, struct handle *h);
 void ids_set_weights_describe(void (*fn)(const struct node *n, struct held_node *d));
 /* The same for the nodes of the write-once trees (src/trees/). */
 void ids_set_trees_describe(void (*fn)(const struct node *n, struct held_node *d));
+/* What the holder keeps of n, if the kernel holds an id of it, becomes d
+ * (its type and lookups stay): a node whose identity changed (a file
+ * committed, a name moved). */
+void ids_node_redescribe(struct tree *t, struct node *n, const struct held_node *d);
 
 /* The state of a publish or batch handle, in its record's state field. */
 enum revive_state {

@@ -217,6 +217,7 @@ static void pending_end_locked(struct wnode *n)
 		return;
 	n->parent->dir->pending--;
 	n->state = WNODE_GONE;
+	wnode_ino_unset_locked(n->tree, n);
 }
 
 static int commit(struct tree *t, struct wwrite *f)
@@ -234,8 +235,11 @@ static int commit(struct tree *t, struct wwrite *f)
 	pthread_mutex_lock(&w->mu);
 	if (rc == 0)
 		rc = commit_locked(t, w, f, hd.sha);
+	bool linked = f->n->state == WNODE_LIVE;
 	pending_end_locked(f->n); /* dropped, when it did not become the entry */
 	pthread_mutex_unlock(&w->mu);
+	if (linked) /* the next daemon finds it by its digest too */
+		wtree_redescribe(w, f->n);
 	if (f->reserved)
 		write_unreserve(f);
 	store_tmp_close(&f->tmp);
@@ -340,6 +344,11 @@ int wfile_create(struct tree *t, struct wnode *n, struct handle **h)
 	f->n = n;
 	*h = &f->h;
 	return 0;
+}
+
+int wfile_fd(struct handle *h)
+{
+	return ((struct wwrite *)h)->tmp.fd;
 }
 
 /* ---- reading ---------------------------------------------------------------------- */
@@ -487,7 +496,7 @@ static int read_check(struct tree *t, struct wread *f, int fd)
 	if (!f->map || !map_matches(f, n)) {
 		damaged(t, n, f->map_len == WTREE_HEADER + n->size ? "failed its SHA-256 check"
 								    : "has the wrong size");
-		return -ENOENT;
+		return -ESTALE; /* the kernel looks the name up again: ENOENT */
 	}
 	pthread_mutex_lock(&tree_of_node(n)->mu);
 	n->checked_mtime = st.st_mtim;
@@ -512,8 +521,10 @@ int wfile_open(struct tree *t, struct wnode *n, struct handle **h)
 	int rc = fd < 0 ? fd : read_check(t, f, fd);
 	if (fd >= 0)
 		close(fd);
-	if (rc == -ENOENT && fd == -ENOENT)
+	if (fd == -ENOENT) {
 		damaged(t, n, "is missing");
+		rc = -ESTALE;
+	}
 	if (rc < 0) {
 		if (fd != -ESTALE)
 			read_release(t, &f->h); /* its open count goes again */

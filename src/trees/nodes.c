@@ -132,6 +132,7 @@ void wnode_detach_locked(struct wtree *w, struct wnode *n)
 	n->state = WNODE_GONE;
 	n->parent->mtime = clock_now();
 	wnode_lru_remove_locked(w, n);
+	wnode_ino_unset_locked(w, n); /* no next daemon finds it; its inode may be reused */
 	node_unref(&n->node, 1);
 }
 
@@ -140,7 +141,7 @@ static size_t ino_slot(const struct wtree *w, uint64_t ino)
 	return (size_t)((ino * 0x9e3779b97f4a7c15ull) >> 17) & (w->ninos - 1);
 }
 
-static void ino_unset_locked(struct wtree *w, struct wnode *n)
+void wnode_ino_unset_locked(struct wtree *w, struct wnode *n)
 {
 	if (!n->ino || !w->ninos)
 		return;
@@ -157,7 +158,7 @@ static void ino_unset_locked(struct wtree *w, struct wnode *n)
 
 void wnode_ino_set_locked(struct wtree *w, struct wnode *n, uint64_t ino)
 {
-	ino_unset_locked(w, n);
+	wnode_ino_unset_locked(w, n);
 	if (w->ino_count + 1 > w->ninos) {
 		size_t nb = w->ninos ? w->ninos * 2 : 1024;
 		struct wnode **b = calloc(nb, sizeof(*b));

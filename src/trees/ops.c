@@ -325,11 +325,14 @@ static int rename_move_locked(struct wtree *w, struct wnode *src, struct wnode *
 		free(name);
 		return rc;
 	}
+	uint64_t ino = src->ino;
 	node_ref(&src->node); /* across the move: the old directory's reference goes */
 	wnode_detach_locked(w, src);
 	free(src->name);
 	src->name = name;
 	rc = wnode_insert_locked(w, to_dir, src);
+	if (rc == 0)
+		wnode_ino_set_locked(w, src, ino); /* a rename keeps the store inode */
 	if (rc == 0 && !src->dir && !src->open)
 		wnode_lru_touch_locked(w, src);
 	node_unref(&src->node, 1);
@@ -340,7 +343,7 @@ int wtree_rename(struct tree *t, struct node *from_node, const char *from, struc
 		 const char *to, unsigned flags)
 {
 	struct wtree *w = t->cache;
-	struct wnode *fdir = wnode_of(from_node), *tdir = wnode_of(to_node);
+	struct wnode *fdir = wnode_of(from_node), *tdir = wnode_of(to_node), *moved = NULL;
 
 	if (flags & ~1u) /* RENAME_NOREPLACE only: an exchange would unsettle committed names */
 		return -EINVAL;
@@ -360,11 +363,14 @@ int wtree_rename(struct tree *t, struct node *from_node, const char *from, struc
 		; /* onto itself: nothing changes */
 	else if (dst && (flags & 1u))
 		rc = -EEXIST;
-	else if (dst && (rc = rename_onto_locked(w, src, dst)) == 1)
-		rc = rename_move_locked(w, src, tdir, to);
-	else if (!dst)
-		rc = rename_move_locked(w, src, tdir, to);
+	else if ((!dst || (rc = rename_onto_locked(w, src, dst)) == 1) &&
+		 (rc = rename_move_locked(w, src, tdir, to)) == 0)
+		node_ref(&(moved = src)->node);
 	pthread_mutex_unlock(&w->mu);
+	if (moved) { /* the next daemon finds it under its new name */
+		wtree_redescribe(w, moved);
+		node_unref(&moved->node, 1);
+	}
 	if (rc < 0 && rc != -ENOENT && rc != -EEXIST && rc != -EINVAL && rc != -ENOTDIR &&
 	    rc != -EISDIR && rc != -ENAMETOOLONG)
 		log_err("cache: rename %.255s to %.255s: %s", from, to, strerror(-rc));
@@ -395,6 +401,12 @@ int wtree_create(struct tree *t, struct node *node, const char *name, int flags,
 		return rc;
 	node_ref(&n->node); /* the handle's; the creation reference becomes the kernel's */
 	rc = wfile_create(t, n, h);
+	struct stat st;
+	if (rc == 0 && fstat(wfile_fd(*h), &st) == 0) { /* the inode its commit links in */
+		pthread_mutex_lock(&w->mu);
+		wnode_ino_set_locked(w, n, st.st_ino);
+		pthread_mutex_unlock(&w->mu);
+	}
 	if (rc < 0) {
 		pthread_mutex_lock(&w->mu);
 		dir->dir->pending--;
@@ -404,6 +416,7 @@ int wtree_create(struct tree *t, struct node *node, const char *name, int flags,
 		return rc;
 	}
 	memset(r, 0, sizeof(*r));
+	r->direct_io = true; /* each write names its file table: its close is told apart */
 	*out = &n->node;
 	return 0;
 }
@@ -447,6 +460,28 @@ void wtree_list(struct tree *t, struct node *node, wtree_list_fn fn, void *ctx)
  * a directory's name. */
 void wtree_describe(const struct node *node, struct held_node *d)
 {
+	struct wtree *w = ((const struct wnode *)node)->tree;
+
+	pthread_mutex_lock(&w->mu);
+	wtree_describe_locked(node, d);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Not under the tree's lock: the ids' lock comes first (a lookup's
+ * describe takes the tree's lock under it). */
+void wtree_redescribe(struct wtree *w, struct wnode *n)
+{
+	struct held_node d;
+
+	memset(&d, 0, sizeof(d));
+	pthread_mutex_lock(&w->mu);
+	wtree_describe_locked(&n->node, &d);
+	pthread_mutex_unlock(&w->mu);
+	ids_node_redescribe(w->t, &n->node, &d);
+}
+
+void wtree_describe_locked(const struct node *node, struct held_node *d)
+{
 	const struct wnode *n = (const struct wnode *)node;
 	size_t len = strlen(n->name);
 
@@ -466,14 +501,16 @@ struct node *wtree_revive(struct tree *t, const struct held_node *r)
 	struct wtree *w = t->cache;
 	uint64_t ino;
 
-	if (r->sub || !w)
-		return NULL; /* a file being written: it died with its daemon */
+	if (!w)
+		return NULL;
+	/* A file described while being written (sub) has the inode its
+	 * commit linked in, and no digest yet: found if it was committed. */
 	memcpy(&ino, r->key, sizeof(ino));
 	pthread_mutex_lock(&w->mu);
 	struct wnode *n = wnode_by_ino_locked(w, ino);
 	if (n && (n->state != WNODE_LIVE || (n->dir != NULL) != (r->type == NODE_CACHE_DIR) ||
 		  strncmp(n->name, r->name, r->name_len) != 0 ||
-		  (!n->dir && memcmp(n->sha, r->hash, 32) != 0)))
+		  (!n->dir && !r->sub && memcmp(n->sha, r->hash, 32) != 0)))
 		n = NULL; /* its inode number was given to another since */
 	if (n)
 		node_ref(&n->node);

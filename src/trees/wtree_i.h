@@ -82,6 +82,7 @@ struct wnode *wnode_find_locked(struct wtree *w, struct wnode *dir, const char *
 int wnode_insert_locked(struct wtree *w, struct wnode *dir, struct wnode *n);
 void wnode_detach_locked(struct wtree *w, struct wnode *n);
 void wnode_ino_set_locked(struct wtree *w, struct wnode *n, uint64_t ino);
+void wnode_ino_unset_locked(struct wtree *w, struct wnode *n);
 struct wnode *wnode_by_ino_locked(struct wtree *w, uint64_t ino);
 void wnode_lru_touch_locked(struct wtree *w, struct wnode *n);
 void wnode_lru_remove_locked(struct wtree *w, struct wnode *n);
@@ -111,9 +112,16 @@ int wdisk_link_locked(struct wtree *w, struct wnode *n, int fd);
 /* A store file's header checked against its size; 0 or -EBADMSG. */
 int wdisk_header_read(int fd, struct wheader *hd, uint64_t file_size);
 
+/* ops.c: what the next daemon finds n by (held.h), and that record
+ * brought up to date after a commit or a rename. */
+void wtree_describe_locked(const struct node *n, struct held_node *d);
+void wtree_redescribe(struct wtree *w, struct wnode *n);
+
 /* file.c */
 int wfile_create(struct tree *t, struct wnode *n, struct handle **h);
 int wfile_open(struct tree *t, struct wnode *n, struct handle **h);
+/* The temporary file of a handle wfile_create made. */
+int wfile_fd(struct handle *h);
 /* Frees committed files nobody holds open, least recently opened first,
  * until need more bytes fit; -ENOSPC when they cannot. */
 int wfile_make_room_locked(struct tree *t, struct wtree *w, uint64_t need);

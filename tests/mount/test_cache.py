@@ -1,0 +1,386 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The write-once tree .cache/ (DESIGN.md §9) on a real mount: the tools'
+pattern (temporary file, close, rename onto the final name), the first
+entry of a name stays, invisible until committed, immutable after, a damaged
+file is a miss, capacity and eviction, restarts, permissions, and many
+processes at once comparing every byte."""
+import errno
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import Mount, flip_byte, run_processes, wait_for
+
+CACHE = ".cache"
+
+
+def blob(seed, size):
+    """Deterministic bytes of one writer: never the same for two seeds."""
+    out = bytearray()
+    block = hashlib.sha256(f"{seed}".encode()).digest()
+    while len(out) < size:
+        out += block
+        block = hashlib.sha256(block).digest()
+    return bytes(out[:size])
+
+
+def write_atomic(path, data, tmp_name=None):
+    """What Inductor's write_atomic and Triton's put do: a temporary name,
+    written whole, closed, renamed onto the final name."""
+    tmp = os.path.join(os.path.dirname(path), tmp_name or f".{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def cache_metrics(m):
+    return {k: v for k, v in m.metrics().items() if k.startswith("artfs_cache")}
+
+
+def test_the_tools_pattern_commits_and_serves(mnt):
+    root = mnt.path(CACHE)
+    assert os.path.isdir(root) and CACHE in os.listdir(mnt.mountpoint)
+    os.makedirs(os.path.join(root, "inductor", "ab"), exist_ok=True)
+    os.makedirs(os.path.join(root, "inductor", "ab"), exist_ok=True)  # existing: fine
+    data = blob(1, 300_000)
+    final = os.path.join(root, "inductor", "ab", "kernel.py")
+    write_atomic(final, data)
+    assert read(final) == data
+    assert os.listdir(os.path.join(root, "inductor", "ab")) == ["kernel.py"]
+    st = os.stat(final)
+    assert st.st_size == len(data) and oct(st.st_mode & 0o777) == oct(0o444)
+    m = cache_metrics(mnt)
+    assert m["artfs_cache_commits_total"] == 1 and m["artfs_cache_files"] == 1
+    assert m["artfs_cache_bytes"] == len(data) and m["artfs_cache_hits_total"] >= 1
+    # in the store: the header and the bytes, under the same path
+    stored = os.path.join(mnt.store, "cache", "inductor", "ab", "kernel.py")
+    assert os.path.getsize(stored) == 64 + len(data)
+
+
+def test_a_file_is_invisible_until_its_close_and_immutable_after(mnt):
+    d = mnt.path(CACHE, "w")
+    os.mkdir(d)
+    p = os.path.join(d, "f")
+    fd = os.open(p, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
+    os.write(fd, b"part")
+    # another process does not see it (a fresh lookup: no entry kept)
+    r = subprocess.run(["/usr/bin/python3", "-c", f"import os; print(os.path.exists({p!r}))"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.stdout.strip() == "False"
+    assert os.listdir(d) == []
+    os.write(fd, b"-rest")
+    os.close(fd)
+    assert read(p) == b"part-rest"
+    with pytest.raises(PermissionError):
+        open(p, "ab")
+    with pytest.raises(PermissionError):
+        open(p, "r+b")
+    with pytest.raises(OSError) as e:
+        os.truncate(p, 1)
+    assert e.value.errno == errno.EPERM
+    with pytest.raises(FileExistsError):
+        os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    with pytest.raises(PermissionError):
+        open(p, "wb")  # written once: O_TRUNC of a committed file
+    assert read(p) == b"part-rest"
+
+
+def test_the_first_entry_of_a_name_stays(mnt):
+    d = mnt.path(CACHE, "x")
+    os.mkdir(d)
+    final = os.path.join(d, "entry")
+    write_atomic(final, b"first")
+    write_atomic(final, b"first")           # same bytes: 0, nothing changes
+    write_atomic(final, b"second writer")   # other bytes: 0, the first stays
+    assert read(final) == b"first"
+    assert sorted(os.listdir(d)) == ["entry"]  # no temporary name left
+    assert cache_metrics(mnt)["artfs_cache_collisions_total"] == 1
+    assert "holds other bytes: they stay" in mnt.log()
+    # a directory built aside and renamed onto an existing one: the first stays
+    for n, word in enumerate([b"one", b"two"]):
+        tmp = mnt.path(CACHE, f"tmpdir{n}")
+        os.makedirs(os.path.join(tmp, "sub"))
+        write_atomic(os.path.join(tmp, "sub", "k.so"), word)
+        os.rename(tmp, mnt.path(CACHE, "built"))
+    assert read(mnt.path(CACHE, "built", "sub", "k.so")) == b"one"
+    assert sorted(os.listdir(mnt.path(CACHE))) == ["built", "x"]
+    # onto an empty directory: it held nothing, so it is replaced
+    os.mkdir(mnt.path(CACHE, "empty"))
+    os.makedirs(mnt.path(CACHE, "t3"))
+    write_atomic(mnt.path(CACHE, "t3", "a"), b"a")
+    os.rename(mnt.path(CACHE, "t3"), mnt.path(CACHE, "empty"))
+    assert read(mnt.path(CACHE, "empty", "a")) == b"a"
+
+
+def test_errnos_of_names(mnt):
+    root = mnt.path(CACHE)
+    with pytest.raises(OSError) as e:
+        os.mkdir(os.path.join(root, "n" * 256))
+    assert e.value.errno == errno.ENAMETOOLONG
+    path = root
+    for i in range(32):
+        path = os.path.join(path, "d")
+        os.mkdir(path)
+    with pytest.raises(OSError) as e:
+        os.mkdir(os.path.join(path, "d"))  # depth 33
+    assert e.value.errno == errno.ENAMETOOLONG
+    os.mkdir(os.path.join(root, "full"))
+    write_atomic(os.path.join(root, "full", "f"), b"x")
+    with pytest.raises(OSError) as e:
+        os.rmdir(os.path.join(root, "full"))
+    assert e.value.errno == errno.ENOTEMPTY
+    with pytest.raises(IsADirectoryError):
+        os.unlink(os.path.join(root, "full"))
+    with pytest.raises(NotADirectoryError):
+        os.rmdir(os.path.join(root, "full", "f"))
+    with pytest.raises(FileNotFoundError):
+        os.rename(os.path.join(root, "nothing"), os.path.join(root, "other"))
+    with pytest.raises(OSError) as e:
+        os.rename(os.path.join(root, "full", "f"), mnt.path("default"))
+    assert e.value.errno == errno.EXDEV
+    with pytest.raises(OSError) as e:
+        os.rename(os.path.join(root, "full"), os.path.join(root, "full", "in"))
+    assert e.value.errno == errno.EINVAL
+    os.unlink(os.path.join(root, "full", "f"))
+    os.rmdir(os.path.join(root, "full"))
+    with pytest.raises(PermissionError):
+        os.rmdir(root)
+    shutil.rmtree(os.path.join(root, "d"))
+    assert os.listdir(root) == []
+    # Triton's removedirs of its temporary directory: its parent is not empty
+    os.makedirs(os.path.join(root, "triton", "tmp.1"))
+    write_atomic(os.path.join(root, "triton", "kept"), b"k")
+    os.removedirs(os.path.join(root, "triton", "tmp.1"))
+    assert os.listdir(os.path.join(root, "triton")) == ["kept"]
+
+
+def test_a_damaged_file_is_a_miss_and_can_be_written_again(mnt):
+    d = mnt.path(CACHE, "dmg")
+    os.mkdir(d)
+    p = os.path.join(d, "f.bin")
+    data = blob(7, 10_000)
+    write_atomic(p, data)
+    reader = open(p, "rb")
+    assert reader.read(10) == data[:10]
+    flip_byte(os.path.join(mnt.store, "cache", "dmg", "f.bin"), 100)
+    subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"], check=False)
+    with pytest.raises(FileNotFoundError):
+        open(p, "rb")
+    assert not os.path.exists(p)
+    assert cache_metrics(mnt)["artfs_cache_damaged_total"] == 1
+    assert "failed its SHA-256 check" in mnt.log() and "dmg/f.bin" in mnt.log()
+    # the reader that had it open: EIO past what its pages hold, never other bytes
+    try:
+        rest = reader.read()
+        assert data[10:10 + len(rest)] == rest
+    except OSError as e:
+        assert e.errno == errno.EIO
+    reader.close()
+    write_atomic(p, data)
+    assert read(p) == data
+
+
+def test_a_cached_shared_library_loads_with_dlopen(mnt, tmp_path):
+    import ctypes
+    src = tmp_path / "k.c"
+    src.write_text("int answer(void) { return 42; }\n")
+    so = tmp_path / "k.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    os.makedirs(mnt.path(CACHE, "triton", "h"))
+    final = mnt.path(CACHE, "triton", "h", "k.so")
+    write_atomic(final, so.read_bytes())
+    lib = ctypes.CDLL(final)  # mmap with PROT_EXEC of a committed file
+    assert lib.answer() == 42
+
+
+def test_capacity_evicts_the_least_recently_opened_and_keeps_open_files(make_mount):
+    m = make_mount(cache_capacity="40K", cache_max_file="16K")
+    d = m.path(CACHE, "c")
+    os.mkdir(d)
+    for i in range(4):  # 4 x 10K = 40K: full
+        write_atomic(os.path.join(d, f"f{i}"), blob(i, 10_000))
+    read(os.path.join(d, "f0"))  # f0 opened most recently: f1 is the oldest
+    held = open(os.path.join(d, "f2"), "rb")  # held open: never evicted
+    write_atomic(os.path.join(d, "f4"), blob(4, 10_000))
+    assert sorted(os.listdir(d)) == ["f0", "f2", "f3", "f4"]
+    write_atomic(os.path.join(d, "f5"), blob(5, 10_000))
+    assert sorted(os.listdir(d)) == ["f0", "f2", "f4", "f5"]
+    assert cache_metrics(m)["artfs_cache_evictions_total"] == 2
+    assert held.read() == blob(2, 10_000)
+    with pytest.raises(OSError) as e:
+        write_atomic(os.path.join(d, "big"), blob(9, 17_000))
+    assert e.value.errno == errno.EFBIG
+    # everything open: nothing can go, ENOSPC
+    opened = [open(os.path.join(d, n), "rb") for n in ["f0", "f4", "f5"]]
+    with pytest.raises(OSError) as e:
+        write_atomic(os.path.join(d, "f6"), blob(6, 12_000))
+    assert e.value.errno == errno.ENOSPC
+    for f in opened + [held]:
+        f.close()
+    write_atomic(os.path.join(d, "f6"), blob(6, 12_000))
+    assert read(os.path.join(d, "f6")) == blob(6, 12_000)
+    assert [n for n in os.listdir(d) if n.startswith(".")] == []
+    assert cache_metrics(m)["artfs_cache_bytes"] <= 40 * 1024
+
+
+def test_committed_files_survive_kill_9_and_a_remount(tmp_path):
+    m = Mount(tmp_path).start()
+    try:
+        d = m.path(CACHE, "r", "s")
+        os.makedirs(d)
+        want = {f"f{i}": blob(i, 5000 + i) for i in range(20)}
+        for n, data in want.items():
+            write_atomic(os.path.join(d, n), data)
+        reader = open(os.path.join(d, "f3"), "rb")
+        writer = open(os.path.join(d, ".inflight"), "wb")
+        writer.write(b"half")
+        writer.flush()
+        old = m.kill_daemon()
+        m.wait_daemon_other_than(old)
+        assert reader.read() == want["f3"]  # its handle keeps its meaning
+        reader.close()
+        for n, data in want.items():
+            assert read(os.path.join(d, n)) == data
+        with pytest.raises(OSError):  # the file being written died with its daemon
+            writer.write(b"more")
+            writer.close()
+        assert sorted(os.listdir(d)) == sorted(want)  # never half-committed
+        m.stop()
+        m.start()
+        for n, data in want.items():
+            assert read(os.path.join(d, n)) == data
+        assert cache_metrics(m)["artfs_cache_files"] == len(want)
+    finally:
+        m.stop()
+
+
+def test_a_killed_writer_leaves_nothing(mnt):
+    d = mnt.path(CACHE, "k")
+    os.mkdir(d)
+    p = os.path.join(d, "partial")
+    child = subprocess.Popen(["/usr/bin/python3", "-c",
+                              f"import os,time\nf=open({p!r},'wb')\nf.write(b'x'*1000)\n"
+                              f"f.flush()\nprint('ok',flush=True)\ntime.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ok"
+    child.kill()
+    child.wait(timeout=30)
+    assert wait_for(lambda: "dropped: its writer was killed" in mnt.log(), timeout=10), mnt.log()
+    assert os.listdir(d) == []
+
+
+def test_nobody_reads_but_cannot_write_with_the_default_umask(make_mount):
+    m = make_mount(allow_other=None)
+    os.makedirs(m.path(CACHE, "pub"))
+    write_atomic(m.path(CACHE, "pub", "f"), b"shared")
+    # relative paths from inside the mount: the test's own directories are root's
+    code = ("import os\nprint(open('.cache/pub/f','rb').read().decode())\n"
+            "try:\n    os.mkdir('.cache/pub/mine')\n    print('made')\n"
+            "except PermissionError:\n    print('EACCES')\n"
+            "try:\n    open('.cache/pub/g','wb')\n    print('made')\n"
+            "except PermissionError:\n    print('EACCES')\n")
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        "/usr/bin/python3", "-c", code], capture_output=True, text=True,
+                       timeout=60, cwd=m.mountpoint)
+    assert r.stdout.split() == ["shared", "EACCES", "EACCES"], r.stderr
+
+
+# ---- many processes at once ------------------------------------------------------------
+
+def _same_names_writer(root, seed, q):
+    errors = []
+    for rnd in range(20):
+        for k in range(5):
+            try:
+                write_atomic(os.path.join(root, f"n{k}"), blob(seed * 1000 + rnd, 2000 + 97 * seed),
+                             tmp_name=f".tmp.{os.getpid()}.{k}")
+            except OSError as e:
+                errors.append(f"{k}:{errno.errorcode.get(e.errno)}")
+    q.put(errors)
+
+
+def _reader(root, writers, q):
+    seen = {}
+    bad = []
+    deadline = time.time() + 60
+    while time.time() < deadline and len(seen) < 5:
+        for k in range(5):
+            try:
+                data = read(os.path.join(root, f"n{k}"))
+            except FileNotFoundError:
+                continue
+            if seen.setdefault(k, data) != data:
+                bad.append(f"n{k} changed")
+            if not any(data == blob(s * 1000 + r, 2000 + 97 * s)
+                       for s in range(writers) for r in range(20)):
+                bad.append(f"n{k} is no writer's bytes")
+    q.put(bad)
+
+
+def test_writers_renaming_onto_the_same_names_and_readers(mnt):
+    root = mnt.path(CACHE, "race")
+    os.mkdir(root)
+    writers = 8
+    out = run_processes(_same_names_writer, [(root, s) for s in range(writers)] ,
+                        timeout=180)
+    assert out == [[]] * writers
+    out = run_processes(_reader, [(root, writers)] * 4, timeout=120)
+    assert out == [[]] * 4
+    final = {k: read(os.path.join(root, f"n{k}")) for k in range(5)}
+    assert all(any(v == blob(s * 1000 + r, 2000 + 97 * s) for s in range(writers)
+                   for r in range(20)) for v in final.values())
+    assert sorted(os.listdir(root)) == [f"n{k}" for k in range(5)]
+
+
+def _dir_builder(root, seed, q):
+    tmp = os.path.join(root, f"tmp.{os.getpid()}")
+    try:
+        os.makedirs(os.path.join(tmp, "kernels"))
+        for i in range(6):
+            write_atomic(os.path.join(tmp, "kernels", f"k{i}.cubin"), blob(seed * 10 + i, 3000))
+        os.rename(tmp, os.path.join(root, "entry"))
+        q.put("ok")
+    except OSError as e:
+        q.put(f"{errno.errorcode.get(e.errno)}")
+
+
+def test_writers_renaming_built_directories_onto_one_name(mnt):
+    root = mnt.path(CACHE, "deepgemm")
+    os.mkdir(root)
+    out = run_processes(_dir_builder, [(root, s) for s in range(8)], timeout=180)
+    assert out == ["ok"] * 8
+    assert os.listdir(root) == ["entry"]
+    got = [read(os.path.join(root, "entry", "kernels", f"k{i}.cubin")) for i in range(6)]
+    winners = [s for s in range(8) if got == [blob(s * 10 + i, 3000) for i in range(6)]]
+    assert len(winners) == 1  # one writer's whole tree
+
+
+def test_writers_and_a_daemon_kill_9(mnt):
+    root = mnt.path(CACHE, "killed")
+    os.mkdir(root)
+    ctx_out = []
+
+    def kill_soon():
+        time.sleep(0.3)
+        ctx_out.append(mnt.kill_daemon())
+    import threading
+    t = threading.Thread(target=kill_soon)
+    t.start()
+    run_processes(_same_names_writer, [(root, s) for s in range(8)], timeout=180)
+    t.join()
+    mnt.wait_daemon_other_than(ctx_out[0])
+    # whatever each writer saw, what is there is one writer's bytes, whole
+    for name in os.listdir(root):
+        assert not name.startswith(".tmp"), os.listdir(root)
+        data = read(os.path.join(root, name))
+        assert any(data == blob(s * 1000 + r, 2000 + 97 * s) for s in range(8) for r in range(20))
