@@ -5,6 +5,8 @@ directories (DESIGN.md §9), for tests/mount/cache_replay.py to replay.
   record_ops.py ROOT COLD.jsonl WARM.jsonl        both steps below (GPU host)
   record_ops.py record ROOT DIR                   the runs: raw logs in DIR
   record_ops.py finish DIR COLD.jsonl WARM.jsonl  the traces, from DIR
+  record_ops.py command                           the command line that ran
+                                                  the runs on the GPU host
 
 record runs the workload (workload() below) twice, each time in a fresh
 process, with TORCHINDUCTOR_CACHE_DIR=ROOT/inductor and
@@ -25,12 +27,18 @@ each run. finish turns a raw log into one JSON line per op, in time order:
   result  "ok" or the errno name the call met, as judged from the probe;
           existed / dst_existed / dst_same: what the probe found
   proc    0 for the process that ran first, 1, 2, ... for later ones
-os.rename and os.replace raise one audit event: op "rename" is both. Files
-that other programs write (gcc, ptxas) are not seen: Python hooks only.
+os.rename and os.replace raise one audit event: op "rename" is both; op
+"dlopen" is ctypes.dlopen or the load of an extension module (audit event
+"import" with a path). Only what Python code does is seen: not the files
+other programs write (gcc, ptxas), nor what C code reads (a cubin that
+Inductor's launcher loads by its path).
 
 The GPU host was given this file's part above the line "end of the part
 that runs on the GPU host", docstrings and comments stripped, compressed
-into the command line of the run (with RECORD_SH, below that line)."""
+into the command line of the run, with RECORD_SH: the device tool runs a
+command in a copy of the session's checkout, which has not this file.
+"record_ops.py command" prints that command line; run there, it leaves
+cold.raw, warm.raw, tree_cold and tree_warm in $OUT, for finish."""
 import hashlib
 import os
 import sys
@@ -126,16 +134,21 @@ if __name__ == "__main__" and len(sys.argv) == 1:
     workload()
 # ---- end of the part that runs on the GPU host --------------------------------
 import ast  # noqa: E402  (what follows runs where the traces are made)
+import base64  # noqa: E402
 import errno  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
+import zlib  # noqa: E402
 
 # The runs, as given to the GPU host: $1 ROOT, $2 DIR, $3 the directory of
 # sitecustomize.py (this file)
-RECORD_SH = r"""export RECORD_OPS_ROOT=$1 TORCHINDUCTOR_CACHE_DIR=$1/inductor TRITON_CACHE_DIR=$1/triton PYTHONPATH=$3:$PYTHONPATH;for n in cold warm;do time RECORD_OPS_LOG=$2/$n.raw python3 -m sitecustomize;echo $n exit $?;find $1 -printf '%y %s %P\n'>$2/tree_$n;done"""
+RECORD_SH = (r"export RECORD_OPS_ROOT=$1 TORCHINDUCTOR_CACHE_DIR=$1/inductor "
+             r"TRITON_CACHE_DIR=$1/triton PYTHONPATH=$3:$PYTHONPATH;"
+             r"for n in cold warm;do time RECORD_OPS_LOG=$2/$n.raw python3 -m sitecustomize;"
+             r"echo $n exit $?;find $1 -printf '%y %s %P\n'>$2/tree_$n;done")
 
 OPS = {"os.mkdir": "mkdir", "os.rename": "rename", "os.rmdir": "rmdir", "os.remove": "remove",
        "os.listdir": "listdir", "os.scandir": "scandir", "os.truncate": "truncate",
@@ -297,7 +310,34 @@ def record(root, out):
                     os.path.abspath(out), site], check=True)
 
 
+def device_part():
+    """The part of this file that runs on the GPU host, docstrings and
+    comments stripped (ast.unparse)."""
+    with open(__file__) as f:
+        text = f.read()
+    tree = ast.parse(text[:text.index("# ---- end of the part that runs on the GPU host")])
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree) + "\n"
+
+
+def device_command():
+    """The command line of the run on the GPU host (at most 2,000 bytes):
+    the device part as /tmp/sitecustomize.py, then RECORD_SH on /tmp/c."""
+    packed = base64.b85encode(zlib.compress(device_part().encode(), 9)).decode()
+    return ("cd /tmp;python3 -c 'import zlib,base64 as b;open(\"sitecustomize.py\",\"wb\")"
+            f".write(zlib.decompress(b.b85decode(\"{packed}\")))';set -- /tmp/c $OUT /tmp;"
+            + RECORD_SH)
+
+
 def main():
+    if sys.argv[1] == "command":
+        print(device_command())
+        return 0
     if sys.argv[1] == "record":
         record(*sys.argv[2:4])
         return 0
