@@ -88,5 +88,6 @@ int cmd_materialize(struct ctl *ctl, int argc, char **argv);
 int cmd_load(struct ctl *ctl, int argc, char **argv);
 int cmd_unload(struct ctl *ctl, int argc, char **argv);
 int cmd_upgrade(struct ctl *ctl, int argc, char **argv);
+int cmd_cache(struct ctl *ctl, int argc, char **argv);
 
 #endif
