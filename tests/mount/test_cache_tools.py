@@ -19,7 +19,7 @@ from artfs import cache as pycache  # noqa: E402
 
 VARS = [("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"),
         ("VLLM_CACHE_ROOT", "vllm"), ("DG_JIT_CACHE_DIR", "deep_gemm"),
-        ("FLASHINFER_WORKSPACE_BASE", "flashinfer"), ("CUDA_CACHE_PATH", "cuda")]
+        ("CUDA_CACHE_PATH", "cuda")]
 LABELS = ["hits", "misses", "remote hits", "commits", "collisions", "evictions", "damaged",
           "bytes", "files", "capacity"]
 

@@ -15,7 +15,7 @@ from artfs import cache  # noqa: E402
 
 VARS = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton",
         "VLLM_CACHE_ROOT": "vllm", "DG_JIT_CACHE_DIR": "deep_gemm",
-        "FLASHINFER_WORKSPACE_BASE": "flashinfer", "CUDA_CACHE_PATH": "cuda"}
+        "CUDA_CACHE_PATH": "cuda"}
 
 
 def test_env_of_an_explicit_mount_needs_no_mount():

@@ -26,14 +26,14 @@ __all__ = ["TOOLS", "env", "use"]
 # Each tool by the name of its directory in .cache/, with the variable
 # that points it there. src/cmd/artfsctl/cache.c has the same table
 # (tests/mount/test_cache_tools.py checks that both say the same).
-# FlashInfer's variable names a base under which it makes
-# .cache/flashinfer/ itself; a directory of the tree keeps all it writes.
+# FlashInfer is not here: its workspace is a build directory that appends
+# to a log and rewrites lock and ninja files, which a write-once tree
+# refuses (doc/caches.md).
 TOOLS = {
     "inductor": "TORCHINDUCTOR_CACHE_DIR",
     "triton": "TRITON_CACHE_DIR",
     "vllm": "VLLM_CACHE_ROOT",
     "deep_gemm": "DG_JIT_CACHE_DIR",
-    "flashinfer": "FLASHINFER_WORKSPACE_BASE",
     "cuda": "CUDA_CACHE_PATH",
 }
 

@@ -40,9 +40,10 @@
 /* The tools and the directory of .cache/ that each is pointed at.
  * contrib/python/artfs/cache.py has the same table, and
  * tests/mount/test_cache_tools.py checks that both print the same lines.
- * FlashInfer's variable names a base under which it makes
- * .cache/flashinfer/ itself; pointing it at a directory of the tree keeps
- * all it writes there. */
+ * FlashInfer is not here: its workspace (FLASHINFER_WORKSPACE_BASE) is a
+ * build directory that appends to a log, rewrites lock files and ninja's
+ * files in place, and makes symlinks, all of which a write-once tree
+ * refuses (its import fails on the log). */
 static const struct cache_tool {
 	const char *var;
 	const char *dir;
@@ -51,7 +52,6 @@ static const struct cache_tool {
 	{ "TRITON_CACHE_DIR", "triton" },
 	{ "VLLM_CACHE_ROOT", "vllm" },
 	{ "DG_JIT_CACHE_DIR", "deep_gemm" },
-	{ "FLASHINFER_WORKSPACE_BASE", "flashinfer" },
 	{ "CUDA_CACHE_PATH", "cuda" },
 };
 

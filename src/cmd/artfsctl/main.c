@@ -128,8 +128,8 @@ static const struct command commands[] = {
 	  cmd_cache },
 	/* A usage line of its own; the first word finds cmd_cache above. */
 	{ "cache env", "[--shell]",
-	  "the environment lines that point torch.compile, Triton, vLLM, DeepGEMM, FlashInfer\n"
-	  "      and CUDA's JIT at .cache/ (--shell: as export lines for sh)",
+	  "the environment lines that point torch.compile, Triton, vLLM, DeepGEMM and CUDA's\n"
+	  "      JIT at .cache/ (--shell: as export lines for sh)",
 	  cmd_cache },
 };
 
