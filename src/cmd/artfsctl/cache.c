@@ -119,12 +119,12 @@ static int cache_env(const struct ctl *ctl, bool shell)
 		if ((unsigned char)*p < 0x20 || *p == 0x7f)
 			return ctl_fail("cache env: the mount point holds a control character, which an "
 					"environment line cannot carry");
+	if (strlen(base) >= PATH_MAX) /* before any line: no half of the list */
+		return ctl_fail("cache env: the mount point is longer than PATH_MAX");
 	for (size_t i = 0; i < sizeof(cache_tools) / sizeof(cache_tools[0]); i++) {
 		const struct cache_tool *t = &cache_tools[i];
-		char value[PATH_MAX + 64];
-		int n = snprintf(value, sizeof(value), "%s/" CACHE_DIR "/%s", base, t->dir);
-		if (n < 0 || (size_t)n >= sizeof(value))
-			return ctl_fail("cache env: the mount point is too long");
+		char value[PATH_MAX + 64]; /* the longest dir of cache_tools fits */
+		snprintf(value, sizeof(value), "%s/" CACHE_DIR "/%s", base, t->dir);
 		if (shell) {
 			printf("export %s=", t->var);
 			print_sh_quoted(stdout, value);
