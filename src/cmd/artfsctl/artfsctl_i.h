@@ -77,6 +77,10 @@ void ctl_for_each_line(char *text, size_t len, void (*fn)(char *line, void *arg)
 void info_config_line(char *line, void *arg);
 /* for_each_line's fn for .artfs/metrics (arg: a metrics_view). */
 void info_metrics_line(char *line, void *arg);
+/* One sample line of .artfs/metrics, parsed in place: its name, the value
+ * of its version label (NULL without one) and its value; false for
+ * comments, blank and malformed lines. */
+bool info_sample_parse(char *line, const char **name, const char **version, uint64_t *value);
 
 /* The commands, one file each (load.c has load and unload). */
 int cmd_status(struct ctl *ctl, int argc, char **argv);
@@ -84,5 +88,6 @@ int cmd_materialize(struct ctl *ctl, int argc, char **argv);
 int cmd_load(struct ctl *ctl, int argc, char **argv);
 int cmd_unload(struct ctl *ctl, int argc, char **argv);
 int cmd_upgrade(struct ctl *ctl, int argc, char **argv);
+int cmd_cache(struct ctl *ctl, int argc, char **argv);
 
 #endif

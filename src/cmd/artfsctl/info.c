@@ -191,33 +191,42 @@ static bool parse_labels(char **p, const char **version)
 	return true;
 }
 
-void info_metrics_line(char *line, void *arg)
+bool info_sample_parse(char *line, const char **name, const char **version, uint64_t *value)
 {
-	struct metrics_view *m = arg;
 	char *p = line;
-	const char *version = NULL;
 
+	*version = NULL;
 	while (*p == ' ' || *p == '\t')
 		p++;
 	if (!is_name_char(*p, true))
-		return; /* comments, blank and malformed lines */
-	char *name = p;
+		return false; /* comments, blank and malformed lines */
+	char *start = p;
 	while (is_name_char(*p, false))
 		p++;
-	size_t name_len = (size_t)(p - name);
-	if (*p == '{' && !parse_labels(&p, &version))
-		return;
+	size_t name_len = (size_t)(p - start);
+	if (*p == '{' && !parse_labels(&p, version))
+		return false;
 	if (*p != ' ' && *p != '\t')
-		return;
-	name[name_len] = '\0';
+		return false;
+	start[name_len] = '\0';
 	p = config_trim(p + 1);
 	char *ts = strpbrk(p, " \t");  /* an optional timestamp follows the value */
 	if (ts)
 		*ts = '\0';
-	uint64_t value;
-	if (!parse_value(p, &value))
-		return;
+	if (!parse_value(p, value))
+		return false;
+	*name = start;
+	return true;
+}
 
+void info_metrics_line(char *line, void *arg)
+{
+	struct metrics_view *m = arg;
+	const char *name, *version;
+	uint64_t value;
+
+	if (!info_sample_parse(line, &name, &version, &value))
+		return;
 	if (!version) {
 		for (int k = 0; k < METRIC_COUNT; k++)
 			if (strcmp(name, metric_defs[k].name) == 0)

@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* artfsctl: the command line of an artfs mount. It talks to the daemon only
  * through files of the mount (DESIGN.md §2): status reads .artfs/config and
- * .artfs/metrics, materialize runs one <wv>/.materialize transaction.
+ * .artfs/metrics, materialize runs one <wv>/.materialize transaction, cache
+ * walks .cache/.
  * Whatever the daemon writes is parsed as outside input: bounded lines,
  * unknown lines ignored, control bytes never echoed to a terminal.
  *
  * This file: the table of commands, main, and how artfsctl speaks: the
  * usage, its two kinds of error, text made safe for a terminal. Each
  * command lives in a file of its own (status.c, materialize.c, load.c,
- * upgrade.c); artfsctl_i.h says what the files share. */
+ * upgrade.c, cache.c); artfsctl_i.h says what the files share. */
 #include "autoconf.h"
 
 #include <getopt.h>
@@ -121,6 +122,15 @@ static const struct command commands[] = {
 	{ "upgrade", "",
 	  "the artfs binary now on disk takes the mount over; no client sees an error",
 	  cmd_upgrade },
+	{ "cache", "[--timeout SECONDS]",
+	  "the write-once tree .cache/: files and bytes per top-level directory, then the\n"
+	  "      cache's hits, misses, evictions, bytes and capacity",
+	  cmd_cache },
+	/* A usage line of its own; the first word finds cmd_cache above. */
+	{ "cache env", "[--shell]",
+	  "the environment lines that point torch.compile, Triton, vLLM, DeepGEMM and CUDA's\n"
+	  "      JIT at .cache/ (--shell: as export lines for sh)",
+	  cmd_cache },
 };
 
 static const struct command *commands_list(size_t *n)
