@@ -16,6 +16,7 @@ OBJ = $(OUT)/obj
 FUZZ = $(SRCDIR)/tests/fuzz
 
 TARGETS = envelope npy safetensors checkpoint materialize control config attach namespace put \
+	tree_names \
 	cluster
 
 SAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined

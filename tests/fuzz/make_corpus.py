@@ -290,6 +290,13 @@ def cluster_seeds():
     write("cluster", "wide-array", u16(64) + b"*70000\r\n" + resp(1) * 3)
 
 
+def tree_names_seeds():
+    for name, data in [("plain", b"kernel.cubin"), ("dot", b"."), ("dotdot", b".."),
+                       ("hidden", b".tmp.123"), ("slash", b"a/b"), ("nul", b"a\0b"),
+                       ("max", b"n" * 255), ("long", b"n" * 256), ("empty", b"")]:
+        write("tree_names", name, data)
+
+
 def main():
     if os.path.isdir(CORPUS):
         shutil.rmtree(CORPUS)
@@ -304,6 +311,7 @@ def main():
     namespace_seeds()
     put_seeds()
     cluster_seeds()
+    tree_names_seeds()
 
 
 if __name__ == "__main__":
