@@ -384,3 +384,26 @@ def test_writers_and_a_daemon_kill_9(mnt):
         assert not name.startswith(".tmp"), os.listdir(root)
         data = read(os.path.join(root, name))
         assert any(data == blob(s * 1000 + r, 2000 + 97 * s) for s in range(8) for r in range(20))
+
+
+def test_an_upgrade_keeps_the_tree_and_its_open_readers(mnt):
+    from conftest import artfsctl
+    d = mnt.path(CACHE, "up")
+    os.mkdir(d)
+    want = {f"f{i}": blob(100 + i, 70_000) for i in range(5)}
+    for n, data in want.items():
+        write_atomic(os.path.join(d, n), data)
+    reader = open(os.path.join(d, "f1"), "rb")
+    head = reader.read(1000)
+    old = mnt.daemon_pid()
+    r = subprocess.run([artfsctl(), "-m", mnt.mountpoint, "upgrade"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr + mnt.log()
+    mnt.wait_daemon_other_than(old)
+    assert head + reader.read() == want["f1"]
+    reader.close()
+    for n, data in want.items():
+        assert read(os.path.join(d, n)) == data
+    write_atomic(os.path.join(d, "after"), b"new")  # the new daemon commits
+    assert read(os.path.join(d, "after")) == b"new"
+    assert sorted(os.listdir(d)) == sorted(list(want) + ["after"])
