@@ -438,6 +438,7 @@ int wtree_open_file(struct tree *t, struct node *node, int flags, struct handle 
 	if (rc == 0) {
 		memset(r, 0, sizeof(*r));
 		r->keep_cache = true; /* immutable: its pages stay valid */
+		r->noflush = true;    /* a reader's close has nothing to say */
 	}
 	return rc;
 }
