@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The nodes of a write-once tree in memory: each directory's entries by
  * name, every node by its store inode number (what the next daemon finds
- * it by), and the committed files nobody holds open, least recently
- * opened first (what goes when the tree is full). */
+ * it by, and the record of it the holder keeps), and the committed files
+ * nobody holds open, least recently opened first (what goes when the tree
+ * is full). */
 #include "autoconf.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "state/ids.h"
 #include "trees/wtree_i.h"
 
 static uint64_t name_hash(const struct wtree *w, const char *name)
@@ -288,4 +290,68 @@ void wnodes_destroy(struct wtree *w)
 	w->root = NULL;
 	free(w->inos);
 	w->inos = NULL;
+}
+
+/* ---- the next daemon -------------------------------------------------------------- */
+
+/* Its store inode, and what tells a reused inode apart: a file's digest,
+ * a directory's name. */
+void wtree_describe(const struct node *node, struct held_node *d)
+{
+	struct wtree *w = ((const struct wnode *)node)->tree;
+
+	pthread_mutex_lock(&w->mu);
+	wtree_describe_locked(node, d);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Not under the tree's lock: the ids' lock comes first (a lookup's
+ * describe takes the tree's lock under it). */
+void wtree_redescribe(struct wtree *w, struct wnode *n)
+{
+	struct held_node d;
+
+	memset(&d, 0, sizeof(d));
+	pthread_mutex_lock(&w->mu);
+	wtree_describe_locked(&n->node, &d);
+	pthread_mutex_unlock(&w->mu);
+	ids_node_redescribe(w->t, &n->node, &d);
+}
+
+void wtree_describe_locked(const struct node *node, struct held_node *d)
+{
+	const struct wnode *n = (const struct wnode *)node;
+	size_t len = strlen(n->name);
+
+	memcpy(d->key, &n->ino, sizeof(n->ino));
+	d->sub = n->state == WNODE_PENDING;
+	if (!n->dir) {
+		memcpy(d->hash, n->sha, 32);
+		d->hash_len = 32;
+	}
+	d->name_len = (uint8_t)(len > HELD_NAME_MAX ? HELD_NAME_MAX : len);
+	memcpy(d->name, n->name, d->name_len);
+	d->name[d->name_len] = '\0';
+}
+
+struct node *wtree_revive(struct tree *t, const struct held_node *r)
+{
+	struct wtree *w = t->cache;
+	uint64_t ino;
+
+	if (!w)
+		return NULL;
+	/* A file described while being written (sub) has the inode its
+	 * commit linked in, and no digest yet: found if it was committed. */
+	memcpy(&ino, r->key, sizeof(ino));
+	pthread_mutex_lock(&w->mu);
+	struct wnode *n = wnode_by_ino_locked(w, ino);
+	if (n && (n->state != WNODE_LIVE || (n->dir != NULL) != (r->type == NODE_CACHE_DIR) ||
+		  strncmp(n->name, r->name, r->name_len) != 0 ||
+		  (!n->dir && !r->sub && memcmp(n->sha, r->hash, 32) != 0)))
+		n = NULL; /* its inode number was given to another since */
+	if (n)
+		node_ref(&n->node);
+	pthread_mutex_unlock(&w->mu);
+	return n ? &n->node : NULL;
 }

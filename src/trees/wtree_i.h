@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* What the files of src/trees/ share: the nodes of a write-once tree and
- * the tree itself (nodes.c), its store (disk.c), its open files (file.c),
- * the namespace calls (ops.c), names (names.h). */
+ * the tree itself and what a next daemon finds them by (nodes.c), its
+ * store (disk.c), its open files (file.c), the namespace calls (ops.c),
+ * names (names.h). Calls run ops -> file -> disk -> nodes. */
 #ifndef ARTFS_TREES_WTREE_I_H
 #define ARTFS_TREES_WTREE_I_H
 
@@ -112,8 +113,9 @@ int wdisk_link_locked(struct wtree *w, struct wnode *n, int fd);
 /* A store file's header checked against its size; 0 or -EBADMSG. */
 int wdisk_header_read(int fd, struct wheader *hd, uint64_t file_size);
 
-/* ops.c: what the next daemon finds n by (held.h), and that record
- * brought up to date after a commit or a rename. */
+/* nodes.c: what the next daemon finds n by (held.h), and that record
+ * brought up to date after a commit or a rename (not under the tree's
+ * lock: the ids' lock comes first). */
 void wtree_describe_locked(const struct node *n, struct held_node *d);
 void wtree_redescribe(struct wtree *w, struct wnode *n);
 
