@@ -3,15 +3,16 @@
 # The whole GPU check on a GPU host, from a build tree made by build.sh (or
 # $ARTFS_BUILD): mounts artfs, runs every GPU test and benchmark, prints a
 # table last, unmounts. Exit 77 where there is no GPU.
-#   ARTFS_GPU_PARTS="tests rl restart weights-bench flip-bench abi-bench hostload-bench disk-bench"
+#   ARTFS_GPU_PARTS="tests rl restart weights-bench flip-bench cache-bench abi-bench hostload-bench disk-bench"
 #   what to run (default: all but the loader settings sweeps, hostload-bench,
 #   disk-bench and abi-bench, which needs the build before the VMM slabs in
-#   $ARTFS_BUILD/old: see bench_weights_abi.py)
+#   $ARTFS_BUILD/old: see bench_weights_abi.py). cache-bench: torch.compile's
+#   caches in .cache/ against /dev/shm, on a daemon of its own (bench_cache.py)
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 : "${ARTFS_BUILD:=$top/.gpu-build}"
 : "${OUT:=/tmp/artfs-gpu-out}"
-: "${ARTFS_GPU_PARTS:=tests rl restart weights-bench flip-bench}"
+: "${ARTFS_GPU_PARTS:=tests rl restart weights-bench flip-bench cache-bench}"
 mkdir -p "$OUT"
 export ARTFS_BUILD OUT
 # Never use NVLink multicast on shared GPU hosts.
@@ -42,6 +43,11 @@ for part in $ARTFS_GPU_PARTS; do
 	abi-bench) "$PYTHON" "$here/bench_weights_abi.py" 2>&1 | tee "$OUT/abi-bench.log" || status=1 ;;
 	hostload-bench) "$PYTHON" "$here/bench_hostload.py" 2>&1 | tee "$OUT/hostload-bench.log" || status=1 ;;
 	disk-bench) "$PYTHON" "$here/bench_disk.py" 2>&1 | tee "$OUT/disk-bench.log" || status=1 ;;
+	cache-bench)
+		# its own exit status (a pipe's is tee's): 1 on a correctness failure
+		{ "$PYTHON" "$here/bench_cache.py" --start --mount /tmp/artfs-cache-bench-mnt
+		  echo $? >"$OUT/cache-bench.rc"; } 2>&1 | tee "$OUT/cache-bench.log"
+		[ "$(cat "$OUT/cache-bench.rc" 2>/dev/null)" = 0 ] || status=1 ;;
 	esac
 done
 exit $status
