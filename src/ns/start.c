@@ -5,6 +5,7 @@
 #include "autoconf.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,6 +38,16 @@ static int open_held(struct tree *t, const struct tree_start *start, char *err, 
 	else if (!start->takeover)
 		t->held.fresh = true;
 	return rc;
+}
+
+/* The .cache/ tree: a store that holds no usable one costs the tree, not
+ * R3 objects and weights (the mount then has no .cache). */
+static void cache_open(struct tree *t)
+{
+	char err[PATH_MAX + 128];
+
+	if (wtree_open(t, err, sizeof(err)) < 0)
+		log_err("cache: %s; the mount serves no .cache/ tree", err);
 }
 
 int tree_open_start(struct tree *t, struct artfs_config *cfg, const struct tree_start *start,
@@ -90,10 +101,9 @@ int tree_open_start(struct tree *t, struct artfs_config *cfg, const struct tree_
 	}
 	if (!start->defer_scan) {
 		rc = scan_store(t, start->takeover, err, errlen);
-		if (rc == 0)
-			rc = wtree_open(t, err, errlen);
 		if (rc < 0)
 			goto fail;
+		cache_open(t);
 	}
 	t->scan_deferred = start->defer_scan;
 	t->took_over = start->takeover;
@@ -144,7 +154,7 @@ int tree_take_over(struct tree *t)
 		t->scan_deferred = false;
 		int rc = scan_store(t, true, err, sizeof(err));
 		if (rc == 0)
-			rc = wtree_open(t, err, sizeof(err));
+			cache_open(t);
 		if (rc < 0) {
 			log_err("takeover: %s", err);
 			return rc;

@@ -43,8 +43,8 @@ int wtree_open(struct tree *t, char *err, size_t errlen)
 	index_set_trees_free(wnode_free_hook);
 	w->root = wnode_new(w, NULL, WTREE_MOUNT_NAME, true);
 	int rc = w->root ? wdisk_open(t, w, err, errlen) : -ENOMEM;
-	if (rc == 0)
-		rc = wdisk_scan(t, w);
+	if (rc == 0 && (rc = wdisk_scan(t, w)) < 0)
+		snprintf(err, errlen, "%s/%s: %s", t->store.path, WTREE_DIR_NAME, strerror(-rc));
 	if (rc < 0) {
 		if (!w->root)
 			snprintf(err, errlen, "the .cache/ tree: out of memory");

@@ -407,3 +407,19 @@ def test_an_upgrade_keeps_the_tree_and_its_open_readers(mnt):
     write_atomic(os.path.join(d, "after"), b"new")  # the new daemon commits
     assert read(os.path.join(d, "after")) == b"new"
     assert sorted(os.listdir(d)) == sorted(list(want) + ["after"])
+
+
+def test_a_store_without_a_usable_tree_still_serves_r3(tmp_path):
+    """<store>/cache is not a directory (a damaged store): the daemon
+    serves, without .cache/, and says why."""
+    m = Mount(tmp_path)
+    os.makedirs(m.store, mode=0o700)
+    with open(os.path.join(m.store, "cache"), "w") as f:
+        f.write("not a directory")
+    m.start()
+    try:
+        assert CACHE not in os.listdir(m.mountpoint)
+        os.mkdir(m.path("default"))
+        assert "the mount serves no .cache/ tree" in m.log()
+    finally:
+        m.stop()
