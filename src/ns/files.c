@@ -84,8 +84,10 @@ static int create_cache(struct tree *t, struct node *parent, const char *name, i
 	if (rc < 0) {
 		ids_node_forget(t, e->id, 1);
 		*h = NULL;
+		return rc;
 	}
-	return rc;
+	wtree_handle_ready(t, *h);
+	return 0;
 }
 
 int tree_create(struct tree *t, struct node *parent, const char *name, int flags,

@@ -16,6 +16,7 @@
 #include "r3/publish.h"
 #include "r3/put.h"
 #include "state/ids.h"
+#include "trees/wtree.h"
 
 /* An fh that is no open file: every call fails (a kernel never sends one). */
 static const struct handle_ops no_handle_ops = { .kind = "none", .release_slow = false };
@@ -78,8 +79,8 @@ static int reopen(struct tree *t, const struct held_handle *rec, struct handle *
 		return files_open_node(t, n, rec->flags, h, &r);
 	case HANDLE_WEIGHTS_PUBLISH:
 		break; /* a publish that died with the daemon */
-	case HANDLE_CACHE_WRITE:
-		break; /* a .cache/ file being written: dropped with its daemon */
+	case HANDLE_CACHE_WRITE: /* a .cache/ file being written: its writer goes on */
+		return wtree_reopen_write(t, n, rec, h);
 	default:
 		return files_open_node(t, n, rec->flags, h, &r);
 	}

@@ -115,6 +115,7 @@ fail:
 
 void tree_close(struct tree *t)
 {
+	t->closing = true;
 	scan_size_stop(t);
 	handles_release_all(t);
 	weights_shutdown(t);

@@ -113,6 +113,7 @@ struct tree {
 	_Atomic(void *) *_Atomic handle_pages[HELD_HANDLES_MAX / IDS_PAGE];
 	struct node stale;        /* what an id resolves to whose node is gone */
 	bool handing_over;        /* drained: what the kernel holds stays for the next daemon */
+	bool closing;             /* the tree closes: open files are released, not closed */
 	/* A released handle's number goes (src/state/ids.c sets it). */
 	void (*handle_unbind)(struct tree *t, struct handle *h);
 	bool scan_deferred;       /* the store is indexed at tree_take_over */

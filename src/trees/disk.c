@@ -18,6 +18,8 @@
 #include "trees/names.h"
 #include "trees/wtree_i.h"
 
+static void remove_under(int fd, unsigned depth);
+
 int wdisk_open(struct tree *t, struct wtree *w, char *err, size_t errlen)
 {
 	int root = t->store.root_fd;
@@ -31,6 +33,17 @@ int wdisk_open(struct tree *t, struct wtree *w, char *err, size_t errlen)
 		snprintf(err, errlen, "%s/%s: %s", t->store.path, WTREE_DIR_NAME, strerror(errno));
 		return -errno;
 	}
+	if (mkdirat(root, WTREE_TMP_DIR, 0700) < 0 && errno != EEXIST) {
+		snprintf(err, errlen, "%s/%s: %s", t->store.path, WTREE_TMP_DIR, strerror(errno));
+		return -errno;
+	}
+	w->tmp_fd = openat(root, WTREE_TMP_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (w->tmp_fd < 0) {
+		snprintf(err, errlen, "%s/%s: %s", t->store.path, WTREE_TMP_DIR, strerror(errno));
+		return -errno;
+	}
+	if (t->held.fresh) /* no daemon before: no writer to take back */
+		remove_under(w->tmp_fd, WTREE_DEPTH_MAX);
 	return 0;
 }
 
@@ -253,21 +266,20 @@ int wdisk_rename_locked(struct wtree *w, struct wnode *n, struct wnode *to_dir, 
 	return rc;
 }
 
-int wdisk_link_locked(struct wtree *w, struct wnode *n, int fd)
+int wdisk_link_locked(struct wtree *w, struct wnode *n, struct store_tmp *tmp)
 {
 	int dirfd = dir_open_locked(w, n->parent);
 	struct stat st;
 
 	if (dirfd < 0)
 		return dirfd;
-	struct store_tmp tmp = { .fd = fd, .dirfd = -1 };
-	int rc = store_tmp_link(dirfd, false, &tmp, n->name);
+	int rc = store_tmp_link(dirfd, false, tmp, n->name);
 	if (rc == -EEXIST) { /* a file the tree does not know of (not one it indexed) */
 		unlinkat(dirfd, n->name, 0);
-		rc = store_tmp_link(dirfd, false, &tmp, n->name);
+		rc = store_tmp_link(dirfd, false, tmp, n->name);
 	}
 	close(dirfd);
-	if (rc == 0 && fstat(fd, &st) == 0) {
+	if (rc == 0 && fstat(tmp->fd, &st) == 0) {
 		wnode_ino_set_locked(w, n, st.st_ino);
 		n->checked_mtime = st.st_mtim;
 		n->checked_ctime = st.st_ctim;

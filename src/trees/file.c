@@ -18,6 +18,7 @@
 
 #include "lib/log.h"
 #include "lib/sha256.h"
+#include "state/ids.h"
 #include "store/store.h"
 #include "trees/wtree_i.h"
 
@@ -120,9 +121,15 @@ static int write_op(struct tree *t, struct handle *h, uint64_t off, const void *
 		f->error = rc;
 		return rc;
 	}
-	if (!f->written)
+	if (!f->written) {
 		f->owner = owner;
-	f->written = true;
+		f->written = true;
+		struct held_handle *rec = h->fh ? ids_handle_record(t, h->fh) : NULL;
+		if (rec) { /* what a next daemon needs to tell its owner's close */
+			rec->text_at = owner;
+			atomic_store(&rec->state, 1);
+		}
+	}
 	if (off + len > f->size) { /* the writer's own view of its size (getattr) */
 		struct wtree *w = tree_of_node(f->n);
 		pthread_mutex_lock(&w->mu);
@@ -190,12 +197,12 @@ static int commit_locked(struct tree *t, struct wtree *w, struct wwrite *f,
 	f->reserved = 0;
 	int rc = wfile_make_room_locked(t, w, f->size);
 	if (rc == 0)
-		rc = wdisk_link_locked(w, n, f->tmp.fd);
+		rc = wdisk_link_locked(w, n, &f->tmp);
 	if (rc == 0) {
-		dir->dir->pending--;
+		if (n->counted)
+			dir->dir->pending--;
+		n->counted = false;
 		rc = wnode_insert_locked(w, dir, n); /* LIVE from here on */
-		if (rc < 0)
-			dir->dir->pending++;
 	}
 	if (rc < 0)
 		return rc;
@@ -215,7 +222,9 @@ static void pending_end_locked(struct wnode *n)
 {
 	if (n->state != WNODE_PENDING)
 		return;
-	n->parent->dir->pending--;
+	if (n->counted)
+		n->parent->dir->pending--;
+	n->counted = false;
 	n->state = WNODE_GONE;
 	wnode_ino_unset_locked(n->tree, n);
 }
@@ -292,8 +301,18 @@ static void write_release(struct tree *t, struct handle *h)
 {
 	struct wwrite *f = (struct wwrite *)h;
 
-	if (!f->ended) /* an empty file, or one whose writer's table never closed it */
+	if (f->ended) {
+	} else if (t->handing_over) { /* drained: its writer goes on with the next daemon */
+		f->tmp.name[0] = '\0'; /* which opens the temporary file again by name */
+		close(f->tmp.fd);
+		f->tmp.fd = -1;
+		f->ended = true;
+	} else if (!f->written && !t->closing) { /* an empty file: nothing to be partial */
 		commit(t, f);
+	} else { /* its writer's close never came (the daemon stops; another table closed) */
+		drop(f);
+		log_info("cache: %.255s dropped: released before its writer closed it", f->n->name);
+	}
 	struct wtree *w = tree_of_node(f->n);
 	pthread_mutex_lock(&w->mu);
 	pending_end_locked(f->n);
@@ -334,8 +353,16 @@ int wfile_create(struct tree *t, struct wnode *n, struct handle **h)
 
 	if (!f)
 		return -ENOMEM;
-	int rc = store_tmp_open(&t->store, &f->tmp, 0);
-	if (rc < 0) {
+	static atomic_ulong counter;
+	struct wtree *w = tree_of_node(n);
+
+	snprintf(f->tmp.name, sizeof(f->tmp.name), "w.%ld.%lu", (long)getpid(),
+		 atomic_fetch_add(&counter, 1));
+	f->tmp.dirfd = w->tmp_fd;
+	f->tmp.fd = openat(w->tmp_fd, f->tmp.name,
+			   O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (f->tmp.fd < 0) {
+		int rc = -errno;
 		log_err("cache: a temporary file for %.255s: %s", n->name, strerror(-rc));
 		free(f);
 		return rc;
@@ -349,6 +376,61 @@ int wfile_create(struct tree *t, struct wnode *n, struct handle **h)
 int wfile_fd(struct handle *h)
 {
 	return ((struct wwrite *)h)->tmp.fd;
+}
+
+void wfile_recorded(struct tree *t, struct handle *h)
+{
+	struct wwrite *f = (struct wwrite *)h;
+	struct held_handle *rec = h->fh ? ids_handle_record(t, h->fh) : NULL;
+
+	if (!rec)
+		return;
+	memset(rec->key, 0, sizeof(rec->key));
+	memcpy(rec->key, f->tmp.name, strnlen(f->tmp.name, sizeof(rec->key) - 1));
+	rec->text_at = 0;
+	atomic_store(&rec->state, 0);
+}
+
+int wfile_reopen(struct tree *t, struct wnode *n, const struct held_handle *rec,
+		 struct handle **h)
+{
+	struct wtree *w = tree_of_node(n);
+	struct wwrite *f = calloc(1, sizeof(*f));
+	struct stat st;
+
+	if (!f)
+		return -ENOMEM;
+	memcpy(f->tmp.name, rec->key, sizeof(rec->key) < sizeof(f->tmp.name) ? sizeof(rec->key)
+									      : sizeof(f->tmp.name));
+	f->tmp.name[sizeof(f->tmp.name) - 1] = '\0';
+	f->tmp.dirfd = w->tmp_fd;
+	f->tmp.fd = f->tmp.name[0] && !strchr(f->tmp.name, '/')
+			    ? openat(w->tmp_fd, f->tmp.name, O_RDWR | O_NOFOLLOW | O_CLOEXEC) : -1;
+	if (f->tmp.fd < 0 || fstat(f->tmp.fd, &st) < 0) {
+		int rc = f->tmp.fd < 0 ? -ENOENT : -errno;
+		if (f->tmp.fd >= 0)
+			close(f->tmp.fd);
+		free(f);
+		return rc;
+	}
+	handle_init(&f->h, &write_ops);
+	f->n = n;
+	f->size = st.st_size > WTREE_HEADER ? (uint64_t)st.st_size - WTREE_HEADER : 0;
+	f->owner = rec->text_at;
+	f->written = atomic_load(&rec->state) != 0;
+	pthread_mutex_lock(&w->mu);
+	n->size = f->size;
+	if (n->state == WNODE_PENDING && !n->counted) {
+		n->counted = true;
+		n->parent->dir->pending++;
+	}
+	pthread_mutex_unlock(&w->mu);
+	node_ref(&n->node);
+	int rc = write_reserve(t, f, f->size);
+	if (rc < 0)
+		f->error = rc;
+	*h = &f->h;
+	return 0;
 }
 
 /* ---- reading ---------------------------------------------------------------------- */

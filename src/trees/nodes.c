@@ -325,13 +325,36 @@ void wtree_describe_locked(const struct node *node, struct held_node *d)
 
 	memcpy(d->key, &n->ino, sizeof(n->ino));
 	d->sub = n->state == WNODE_PENDING;
-	if (!n->dir) {
+	if (d->sub) /* being written: its directory, to make it again there */
+		memcpy(d->hash, &n->parent->ino, sizeof(n->parent->ino));
+	else if (!n->dir) {
 		memcpy(d->hash, n->sha, 32);
 		d->hash_len = 32;
 	}
 	d->name_len = (uint8_t)(len > HELD_NAME_MAX ? HELD_NAME_MAX : len);
 	memcpy(d->name, n->name, d->name_len);
 	d->name[d->name_len] = '\0';
+}
+
+/* A file still being written when its daemon ended: made again, pending,
+ * in its directory (found by its inode), for its writer's handle to be
+ * opened again (file.c: wfile_reopen). */
+static struct wnode *revive_pending_locked(struct wtree *w, const struct held_node *r)
+{
+	char name[HELD_NAME_MAX + 1];
+	uint64_t dir_ino, ino;
+
+	memcpy(&dir_ino, r->hash, sizeof(dir_ino));
+	memcpy(&ino, r->key, sizeof(ino));
+	struct wnode *dir = wnode_by_ino_locked(w, dir_ino);
+	if (!dir || !dir->dir || dir->state != WNODE_LIVE || r->name_len >= HELD_NAME_MAX)
+		return NULL; /* its directory is gone, or its name was longer than kept */
+	memcpy(name, r->name, r->name_len);
+	name[r->name_len] = '\0';
+	struct wnode *n = wnode_new(w, dir, name, false);
+	if (n)
+		wnode_ino_set_locked(w, n, ino);
+	return n;
 }
 
 struct node *wtree_revive(struct tree *t, const struct held_node *r)
@@ -350,7 +373,9 @@ struct node *wtree_revive(struct tree *t, const struct held_node *r)
 		  strncmp(n->name, r->name, r->name_len) != 0 ||
 		  (!n->dir && !r->sub && memcmp(n->sha, r->hash, 32) != 0)))
 		n = NULL; /* its inode number was given to another since */
-	if (n)
+	if (!n && r->sub)
+		n = revive_pending_locked(w, r);
+	else if (n)
 		node_ref(&n->node);
 	pthread_mutex_unlock(&w->mu);
 	return n ? &n->node : NULL;

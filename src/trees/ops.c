@@ -37,6 +37,7 @@ int wtree_open(struct tree *t, char *err, size_t errlen)
 	w->lru.lru_next = w->lru.lru_prev = &w->lru;
 	w->t = t;
 	w->root_fd = -1;
+	w->tmp_fd = -1;
 	w->capacity = t->cfg->cache_capacity;
 	w->max_file = t->cfg->cache_max_file;
 	w->seed = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)clock_now();
@@ -65,6 +66,8 @@ void wtree_close(struct tree *t)
 	wnodes_destroy(w);
 	if (w->root_fd >= 0)
 		close(w->root_fd);
+	if (w->tmp_fd >= 0)
+		close(w->tmp_fd);
 	pthread_mutex_destroy(&w->mu);
 	pthread_mutex_destroy(&w->all_mu);
 	free(w);
@@ -394,8 +397,10 @@ int wtree_create(struct tree *t, struct node *node, const char *name, int flags,
 	}
 	if (rc == 0 && !(n = wnode_new(w, dir, name, false)))
 		rc = -ENOMEM;
-	if (rc == 0)
+	if (rc == 0) {
 		dir->dir->pending++;
+		n->counted = true;
+	}
 	pthread_mutex_unlock(&w->mu);
 	if (rc < 0)
 		return rc;
@@ -410,6 +415,7 @@ int wtree_create(struct tree *t, struct node *node, const char *name, int flags,
 	if (rc < 0) {
 		pthread_mutex_lock(&w->mu);
 		dir->dir->pending--;
+		n->counted = false;
 		n->state = WNODE_GONE;
 		pthread_mutex_unlock(&w->mu);
 		node_unref(&n->node, 2);
@@ -453,4 +459,17 @@ void wtree_list(struct tree *t, struct node *node, wtree_list_fn fn, void *ctx)
 		for (struct wnode *n = d->buckets[i]; n; n = n->chain)
 			fn(ctx, n->name, node_id(t, &n->node), n->dir ? DT_DIR : DT_REG);
 	pthread_mutex_unlock(&w->mu);
+}
+
+void wtree_handle_ready(struct tree *t, struct handle *h)
+{
+	wfile_recorded(t, h);
+}
+
+int wtree_reopen_write(struct tree *t, struct node *n, const struct held_handle *rec,
+		       struct handle **h)
+{
+	if (n->type != NODE_CACHE_FILE || wnode_of(n)->state != WNODE_PENDING)
+		return -ENOENT; /* committed or dropped meanwhile: its writes are over */
+	return wfile_reopen(t, wnode_of(n), rec, h);
 }

@@ -51,6 +51,13 @@ int wtree_create(struct tree *t, struct node *dir, const char *name, int flags,
 		 struct node **out, struct handle **h, struct open_reply *r);
 /* Whether n is a file not committed yet (the kernel must not keep its entry). */
 bool wtree_pending(const struct node *n);
+/* A created file's handle h has its number: its record (held.h) names what
+ * a next daemon needs to go on with it. */
+void wtree_handle_ready(struct tree *t, struct handle *h);
+/* The handle of a file being written when its daemon died or drained,
+ * opened again from its record: the writer goes on. */
+int wtree_reopen_write(struct tree *t, struct node *n, const struct held_handle *rec,
+		       struct handle **h);
 int wtree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,
 		    struct open_reply *r);
 /* chmod/chown (perm), truncation to *size (NULL: none); times are the

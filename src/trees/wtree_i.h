@@ -13,10 +13,12 @@
 #include <time.h>
 
 #include "state/base.h"
+#include "store/store.h"
 #include "trees/wtree.h"
 
 #define WTREE_HEADER 64
 #define WTREE_MAGIC "ARTFSWO1" /* 8 bytes: the header's first */
+#define WTREE_TMP_DIR "cache-tmp"
 
 enum wnode_state {
 	WNODE_PENDING = 1, /* a file being written: in no directory */
@@ -37,6 +39,7 @@ struct wnode {
 	struct wdir *dir;        /* a directory's entries */
 	uint8_t state;           /* enum wnode_state (tree lock) */
 	bool damaged;            /* failed its check: open readers get EIO */
+	bool counted;            /* a file being written, counted in its directory's pending */
 	uint32_t open;           /* open handles (tree lock) */
 	uint64_t ino;            /* its store file's inode number; 0: none yet */
 	uint64_t size;           /* bytes of a committed file */
@@ -59,6 +62,8 @@ struct wtree {
 	pthread_mutex_t mu;      /* the nodes, their names and states, the byte count */
 	struct wnode *root;
 	int root_fd;             /* <store>/cache */
+	int tmp_fd;              /* <store>/cache-tmp: files being written, by name, so that
+				  * a next daemon opens them again (a crash, an upgrade) */
 	struct wnode **inos;     /* by store inode number */
 	size_t ninos, ino_count;
 	struct wnode lru;        /* head: lru.lru_next is the least recently opened */
@@ -109,7 +114,7 @@ int wdisk_mkdir_locked(struct wtree *w, struct wnode *n);
 int wdisk_remove_locked(struct wtree *w, struct wnode *n);
 int wdisk_rename_locked(struct wtree *w, struct wnode *n, struct wnode *to_dir, const char *to);
 /* Links the written temporary file fd (header written) in as n. */
-int wdisk_link_locked(struct wtree *w, struct wnode *n, int fd);
+int wdisk_link_locked(struct wtree *w, struct wnode *n, struct store_tmp *tmp);
 /* A store file's header checked against its size; 0 or -EBADMSG. */
 int wdisk_header_read(int fd, struct wheader *hd, uint64_t file_size);
 
@@ -124,6 +129,13 @@ int wfile_create(struct tree *t, struct wnode *n, struct handle **h);
 int wfile_open(struct tree *t, struct wnode *n, struct handle **h);
 /* The temporary file of a handle wfile_create made. */
 int wfile_fd(struct handle *h);
+/* The pending file n's writer whose daemon died or drained: its handle
+ * opened again from the record rec of it (its temporary file's name, its
+ * owner). */
+int wfile_reopen(struct tree *t, struct wnode *n, const struct held_handle *rec,
+		 struct handle **h);
+/* h (wfile_create's) has its number: its record names its temporary file. */
+void wfile_recorded(struct tree *t, struct handle *h);
 /* Frees committed files nobody holds open, least recently opened first,
  * until need more bytes fit; -ENOSPC when they cannot. */
 int wfile_make_room_locked(struct tree *t, struct wtree *w, uint64_t need);

@@ -251,10 +251,12 @@ def test_committed_files_survive_kill_9_and_a_remount(tmp_path):
         reader.close()
         for n, data in want.items():
             assert read(os.path.join(d, n)) == data
-        with pytest.raises(OSError):  # the file being written died with its daemon
-            writer.write(b"more")
-            writer.close()
-        assert sorted(os.listdir(d)) == sorted(want)  # never half-committed
+        assert sorted(os.listdir(d)) == sorted(want)  # not committed by the crash
+        writer.write(b"-and-the-rest")  # the writer goes on with the next daemon
+        writer.close()
+        os.replace(os.path.join(d, ".inflight"), os.path.join(d, "late"))
+        assert read(os.path.join(d, "late")) == b"half-and-the-rest"
+        want["late"] = b"half-and-the-rest"
         m.stop()
         m.start()
         for n, data in want.items():
@@ -395,6 +397,9 @@ def test_an_upgrade_keeps_the_tree_and_its_open_readers(mnt):
         write_atomic(os.path.join(d, n), data)
     reader = open(os.path.join(d, "f1"), "rb")
     head = reader.read(1000)
+    writer = open(os.path.join(d, ".w"), "wb")
+    writer.write(b"before the upgrade ")
+    writer.flush()
     old = mnt.daemon_pid()
     r = subprocess.run([artfsctl(), "-m", mnt.mountpoint, "upgrade"], capture_output=True,
                        text=True, timeout=60)
@@ -402,6 +407,12 @@ def test_an_upgrade_keeps_the_tree_and_its_open_readers(mnt):
     mnt.wait_daemon_other_than(old)
     assert head + reader.read() == want["f1"]
     reader.close()
+    assert ".w" not in os.listdir(d)  # the drained daemon committed nothing of it
+    writer.write(b"and after")
+    writer.close()
+    os.replace(os.path.join(d, ".w"), os.path.join(d, "written-across"))
+    assert read(os.path.join(d, "written-across")) == b"before the upgrade and after"
+    want["written-across"] = b"before the upgrade and after"
     for n, data in want.items():
         assert read(os.path.join(d, n)) == data
     write_atomic(os.path.join(d, "after"), b"new")  # the new daemon commits
@@ -421,5 +432,30 @@ def test_a_store_without_a_usable_tree_still_serves_r3(tmp_path):
         assert CACHE not in os.listdir(m.mountpoint)
         os.mkdir(m.path("default"))
         assert "the mount serves no .cache/ tree" in m.log()
+    finally:
+        m.stop()
+
+
+def test_a_fresh_start_drops_what_writers_left(tmp_path):
+    """Files being written when the whole mount went (its holder killed)
+    are never committed, and a fresh mount drops their temporary files."""
+    m = Mount(tmp_path).start()
+    os.makedirs(m.path(CACHE, "f"))
+    child = subprocess.Popen(["/usr/bin/python3", "-c",
+                              f"import time\nf=open({m.path(CACHE, 'f', 'x')!r},'wb')\n"
+                              f"f.write(b'y'*5000)\nf.flush()\nprint('ok',flush=True)\n"
+                              f"time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ok"
+        tmpdir = os.path.join(m.store, "cache-tmp")
+        assert len(os.listdir(tmpdir)) == 1
+        m.kill()
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    m.start()
+    try:
+        assert os.listdir(m.path(CACHE, "f")) == []
+        assert os.listdir(tmpdir) == []
     finally:
         m.stop()
