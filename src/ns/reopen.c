@@ -79,8 +79,13 @@ static int reopen(struct tree *t, const struct held_handle *rec, struct handle *
 		return files_open_node(t, n, rec->flags, h, &r);
 	case HANDLE_WEIGHTS_PUBLISH:
 		break; /* a publish that died with the daemon */
-	case HANDLE_CACHE_WRITE: /* a .cache/ file being written: its writer goes on */
-		return wtree_reopen_write(t, n, rec, h);
+	case HANDLE_CACHE_WRITE: { /* a .cache/ file being written: its writer goes on */
+		int rc = wtree_reopen_write(t, n, rec, h);
+		if (rc != -EALREADY)
+			return rc;
+		*h = revive_finished(t, 0); /* committed already: its close answers 0 */
+		return *h ? 0 : -ENOMEM;
+	}
 	default:
 		return files_open_node(t, n, rec->flags, h, &r);
 	}

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Open files of a write-once tree: a file being written (into an unnamed
- * temporary file of the store; its owner's close commits it, checked and
- * linked in, or drops it where another writer's bytes came first), and a
+/* Open files of a write-once tree: a file being written (into a temporary
+ * file of <store>/cache-tmp/, named so that a next daemon opens it again;
+ * its owner's close commits it, checked and linked in, or drops it where
+ * another writer's bytes came first), and a
  * committed file read (checked against its SHA-256 before the first byte
  * when its store file changed since the last check, then served from a
  * mapping of it). */
@@ -31,8 +32,9 @@ static void evict_locked(struct tree *t, struct wtree *w, struct wnode *n)
 	(void)t;
 	if (wnode_path_locked(n, path, sizeof(path)) < 0)
 		strcpy(path, n->name);
-	if (wdisk_remove_locked(w, n) < 0)
-		log_warn("cache: evicting %.400s: %s", path, strerror(errno));
+	int rc = wdisk_remove_locked(w, n);
+	if (rc < 0)
+		log_warn("cache: evicting %.400s: %s", path, strerror(-rc));
 	log_debug("cache: %.400s evicted (%llu bytes)", path, (unsigned long long)n->size);
 	w->bytes -= n->size;
 	w->files--;
@@ -257,10 +259,6 @@ static int commit(struct tree *t, struct wwrite *f)
 	return rc;
 }
 
-/* The close of a descriptor by the file table that wrote commits what it
- * wrote. A close before any write (a shell's dup2 and close of the
- * descriptor it redirects) commits nothing: the file is still to be
- * written, and one never written is committed empty at its release. */
 /* Never committed: what was written goes. */
 static void drop(struct wwrite *f)
 {
@@ -275,6 +273,11 @@ static void drop(struct wwrite *f)
 	pthread_mutex_unlock(&w->mu);
 }
 
+/* The close of a descriptor by the file table that wrote commits what it
+ * wrote. A close before any write (a shell's dup2 and close of the
+ * descriptor it redirects) commits nothing: the file is still to be
+ * written, and one never written is committed empty at its release. A
+ * close by a process being killed drops the file. */
 static int flush_op(struct tree *t, struct handle *h, uint64_t owner)
 {
 	struct wwrite *f = (struct wwrite *)h;

@@ -469,7 +469,9 @@ void wtree_handle_ready(struct tree *t, struct handle *h)
 int wtree_reopen_write(struct tree *t, struct node *n, const struct held_handle *rec,
 		       struct handle **h)
 {
+	if (n->type == NODE_CACHE_FILE && wnode_of(n)->state == WNODE_LIVE)
+		return -EALREADY; /* committed before its daemon ended (fsync, a close) */
 	if (n->type != NODE_CACHE_FILE || wnode_of(n)->state != WNODE_PENDING)
-		return -ENOENT; /* committed or dropped meanwhile: its writes are over */
+		return -ENOENT; /* dropped meanwhile: its writes are over */
 	return wfile_reopen(t, wnode_of(n), rec, h);
 }

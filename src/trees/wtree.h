@@ -55,7 +55,8 @@ bool wtree_pending(const struct node *n);
  * a next daemon needs to go on with it. */
 void wtree_handle_ready(struct tree *t, struct handle *h);
 /* The handle of a file being written when its daemon died or drained,
- * opened again from its record: the writer goes on. */
+ * opened again from its record: the writer goes on. -EALREADY: it was
+ * committed before (its close answers 0), -ENOENT: it is gone. */
 int wtree_reopen_write(struct tree *t, struct node *n, const struct held_handle *rec,
 		       struct handle **h);
 int wtree_open_file(struct tree *t, struct node *n, int flags, struct handle **h,

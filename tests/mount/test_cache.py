@@ -459,3 +459,15 @@ def test_a_fresh_start_drops_what_writers_left(tmp_path):
         assert os.listdir(tmpdir) == []
     finally:
         m.stop()
+
+
+def test_a_file_committed_by_fsync_closes_cleanly_after_a_kill_9(mnt):
+    d = mnt.path(CACHE, "fs")
+    os.mkdir(d)
+    fd = os.open(os.path.join(d, "f"), os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
+    os.write(fd, b"synced")
+    os.fsync(fd)  # commits (DESIGN.md §9)
+    old = mnt.kill_daemon()
+    mnt.wait_daemon_other_than(old)
+    os.close(fd)  # the next daemon knows it was committed: 0
+    assert read(os.path.join(d, "f")) == b"synced"
