@@ -309,12 +309,12 @@ static void on_reply(struct remote *r, struct op *ops, struct lane *l, const str
 	finish(op, -EIO);
 }
 
-/* SADD, and PEXPIRE after it when values expire: both again from the
- * start when an earlier round lost the PEXPIRE's reply (SADD is
+/* SADD (or SREM), and PEXPIRE after it when values expire: both again
+ * from the start when an earlier round lost the PEXPIRE's reply (both are
  * idempotent). */
 static int append_sadd(struct remote *r, struct lane *l, struct op *op, uint32_t index)
 {
-	const char *argv[] = { "SADD", op->key, (const char *)op->val };
+	const char *argv[] = { op->set_cmd, op->key, (const char *)op->val };
 	const size_t lens[] = { 4, op->key_len, op->len };
 
 	op->step = STEP_SADD;

@@ -239,7 +239,8 @@ int remote_get_named(struct remote *r, const char *name, uint8_t **val, size_t *
 	return rc;
 }
 
-int remote_sadd_named(struct remote *r, size_t n, const char *const *names,
+/* cmd: "SADD" or "SREM" (4 bytes both). */
+static int set_change(struct remote *r, const char *cmd, size_t n, const char *const *names,
 		      const char *const *members, int *results)
 {
 	int64_t started = redis_now();
@@ -251,10 +252,11 @@ int remote_sadd_named(struct remote *r, size_t n, const char *const *names,
 	if (!ops)
 		return rc;
 	for (size_t i = 0; i < n; i++) {
+		ops[i].set_cmd = cmd;
 		ops[i].val = (const uint8_t *)members[i];
 		ops[i].len = strlen(members[i]);
 	}
-	remote_call_run(r, ops, n, started, "sadd");
+	remote_call_run(r, ops, n, started, cmd[1] == 'A' ? "sadd" : "srem");
 	for (size_t i = 0; i < n; i++) {
 		results[i] = ops[i].result;
 		if (rc == 0)
@@ -262,6 +264,18 @@ int remote_sadd_named(struct remote *r, size_t n, const char *const *names,
 	}
 	ops_free(ops, n);
 	return rc;
+}
+
+int remote_sadd_named(struct remote *r, size_t n, const char *const *names,
+		      const char *const *members, int *results)
+{
+	return set_change(r, "SADD", n, names, members, results);
+}
+
+int remote_srem_named(struct remote *r, size_t n, const char *const *names,
+		      const char *const *members, int *results)
+{
+	return set_change(r, "SREM", n, names, members, results);
 }
 
 void remote_members_free(char **members, size_t count)

@@ -82,6 +82,10 @@ int remote_get_named(struct remote *r, const char *name, uint8_t **val, size_t *
  * the first non-zero result. */
 int remote_sadd_named(struct remote *r, size_t n, const char *const *names,
 		      const char *const *members, int *results);
+/* The same, each member removed from its set (SREM; an absent member or
+ * set is 0). */
+int remote_srem_named(struct remote *r, size_t n, const char *const *names,
+		      const char *const *members, int *results);
 /* The members of the set named name (SMEMBERS): at most max of them (the
  * rest are left out), each a NUL-terminated malloc'd string of at most
  * max_len bytes (longer ones, and ones holding a NUL, are left out); an

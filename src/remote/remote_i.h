@@ -66,7 +66,7 @@ enum step {
 	STEP_COMPARE,  /* put refused by NX: GET to compare */
 	STEP_WAIT,     /* put written: waiting for the WAIT in the same pipeline */
 	STEP_GET,      /* get */
-	STEP_SADD,     /* add a member to a set (and PEXPIRE it in the same pipeline) */
+	STEP_SADD,     /* add (or remove) a member of a set, PEXPIRE in the same pipeline */
 	STEP_EXPIRE,   /* added: waiting for the PEXPIRE that follows */
 	STEP_MEMBERS,  /* SMEMBERS */
 	STEP_DONE,
@@ -77,6 +77,7 @@ struct op {
 	size_t len;
 	uint8_t *got;         /* get, or compare: the value found */
 	size_t got_len;
+	const char *set_cmd;  /* STEP_SADD: "SADD", or "SREM" */
 	char **members;       /* SMEMBERS: what came back (NUL-terminated, malloc'd) */
 	size_t nmembers;
 	size_t members_max;   /* at most this many kept, each at most member_len bytes */

@@ -445,6 +445,13 @@ START_TEST(sets_add_expire_and_list_bounded)
 	ck_assert_int_eq(remote_members_named(r, "cachedir:a", 1, 255, &m, &n), 0);
 	ck_assert_uint_eq(n, 1);   /* at most max */
 	remote_members_free(m, n);
+	const char *rem_names[] = { "cachedir:a", "cachedir:gone" };
+	const char *rem[] = { "b", "x" };
+	ck_assert_int_eq(remote_srem_named(r, 2, rem_names, rem, results), 0);
+	ck_assert_int_eq(remote_members_named(r, "cachedir:a", 10, 255, &m, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_str_eq(m[0], "c");
+	remote_members_free(m, n);
 	const char *big[] = { "cachedir:z" };
 	char long_member[300];
 	memset(long_member, 'l', 299);
