@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* artfs's Redis Cluster client (DESIGN.md §7): R3 envelopes stored as
- * <prefix>:<key hex>, created once (SET NX PX) and read back, with CRC16
+ * <prefix>:<key hex>, created once (SET NX PX) and read back, and values
+ * and sets by name (<prefix>:<name>, the .cache/ tree's), with CRC16
  * slot routing, MOVED and ASK, reconnects and slot-map refreshes.
  *
  * Thread-safe: any number of threads may call one struct remote at once.

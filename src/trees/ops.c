@@ -240,7 +240,8 @@ int wtree_lookup(struct tree *t, struct node *node, const char *name, struct nod
 		rc = lookup_remote(t, dir, name, &n);
 		if (rc == -EEXIST) /* placed here meanwhile: look again */
 			return wtree_lookup(t, node, name, out);
-		if (rc == -EIO) /* the cluster unreachable is a miss, never an error */
+		if (rc < 0 && rc != -ENOMEM) /* the cluster unreachable, a name it cannot
+					      * hold, no room here: a miss, never an error */
 			rc = -ENOENT;
 	}
 	if (rc == 0 && !n)
