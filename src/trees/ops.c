@@ -22,6 +22,7 @@
 
 #define WTREE_DIR_ATTR_TIMEOUT 1.0
 #define WTREE_LIST_REMOTE_MAX 4096 /* names of one directory a listing fetches */
+#define WTREE_MOVED_MAX 100000     /* files of a renamed directory sent to the cluster */
 
 /* ---- the tree --------------------------------------------------------------------- */
 
@@ -483,6 +484,89 @@ static int rename_claim(struct tree *t, struct wnode *fdir, const char *from,
 	return claimed;
 }
 
+/* The path of the directory dir/name into path; -ENOENT when it is not one. */
+static int dir_find_path(struct wtree *w, struct wnode *dir, const char *name, char *path,
+			 size_t len)
+{
+	pthread_mutex_lock(&w->mu);
+	struct wnode *n = dir_usable_locked(dir) == 0 ? wnode_find_locked(w, dir, name) : NULL;
+	int rc = n && n->dir ? wnode_path_locked(n, path, len) : -ENOENT;
+	pthread_mutex_unlock(&w->mu);
+	return rc;
+}
+
+/* A committed file under a directory renamed here, for the cluster. */
+struct moved_file {
+	char *path;
+	uint64_t size;
+	uint8_t sha[32];
+};
+
+struct moved_files {
+	struct moved_file *v;
+	size_t n, cap;
+};
+
+/* The committed files under dir, at most WTREE_MOVED_MAX. */
+static void moved_collect_locked(struct wnode *dir, struct moved_files *m)
+{
+	struct wdir *d = dir->dir;
+	char path[WTREE_PATH_MAX + 2];
+
+	for (size_t i = 0; i < d->nbuckets; i++)
+		for (struct wnode *n = d->buckets[i]; n && m->n < WTREE_MOVED_MAX; n = n->chain) {
+			if (n->dir) {
+				moved_collect_locked(n, m);
+				continue;
+			}
+			if (m->n == m->cap) {
+				size_t cap = m->cap ? 2 * m->cap : 64;
+				struct moved_file *v = realloc(m->v, cap * sizeof(*v));
+				if (!v)
+					return;
+				m->v = v;
+				m->cap = cap;
+			}
+			if (wnode_path_locked(n, path, sizeof(path)) < 0 ||
+			    !(m->v[m->n].path = strdup(path)))
+				continue;
+			m->v[m->n].size = n->size;
+			memcpy(m->v[m->n].sha, n->sha, 32);
+			m->n++;
+		}
+}
+
+/* A directory renamed here: its committed files go to the cluster under
+ * their new paths, as their commits did under the old ones (so that the
+ * tools' temporary directory renamed into place is what other nodes
+ * find). Bytes another node put under a new path first stay there; this
+ * node keeps its own (counted, logged). */
+static void rename_dir_publish(struct tree *t, struct wnode *dir)
+{
+	struct wtree *w = t->cache;
+	struct moved_files m = { 0 };
+
+	pthread_mutex_lock(&w->mu);
+	if (dir->state == WNODE_LIVE)
+		moved_collect_locked(dir, &m);
+	pthread_mutex_unlock(&w->mu);
+	for (size_t i = 0; i < m.n; i++) {
+		struct wvalue theirs = { 0 };
+		int fd = openat(w->root_fd, m.v[i].path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 && wcluster_claim(w, m.v[i].path, fd, m.v[i].size, m.v[i].sha,
+					      &theirs) == 1) {
+			counter_inc(&t->metrics.cache_collisions);
+			log_info("cache: .cache/%.400s is in the cluster with other bytes from another "
+				 "node; this node keeps its own", m.v[i].path);
+		}
+		wvalue_free(&theirs);
+		if (fd >= 0)
+			close(fd);
+		free(m.v[i].path);
+	}
+	free(m.v);
+}
+
 int wtree_rename(struct tree *t, struct node *from_node, const char *from, struct node *to_node,
 		 const char *to, unsigned flags)
 {
@@ -496,6 +580,8 @@ int wtree_rename(struct tree *t, struct node *from_node, const char *from, struc
 		wcluster_forget(w, spath);
 		return 0;
 	}
+	if (t->remote && !spath[0] && dir_find_path(w, fdir, from, spath, sizeof(spath)) < 0)
+		spath[0] = '\0';
 	pthread_mutex_lock(&w->mu);
 	int rc = dir_usable_locked(fdir);
 	struct wnode *src = rc == 0 ? wnode_find_locked(w, fdir, from) : NULL;
@@ -516,11 +602,15 @@ int wtree_rename(struct tree *t, struct node *from_node, const char *from, struc
 		 (rc = rename_move_locked(w, src, tdir, to)) == 0)
 		node_ref(&(moved = src)->node);
 	pthread_mutex_unlock(&w->mu);
+	if (moved && moved->dir && t->remote)
+		rename_dir_publish(t, moved);
 	if (moved) { /* the next daemon finds it under its new name */
 		wtree_redescribe(w, moved);
 		node_unref(&moved->node, 1);
 	}
-	if (rc == 0 && spath[0]) /* other nodes list it by its new name only */
+	/* Other nodes list it by its new name only (a source dropped because
+	 * the name held a directory already: by none). */
+	if (rc == 0 && spath[0] && !(fdir == tdir && strcmp(from, to) == 0))
 		wcluster_forget(w, spath);
 	if (rc < 0 && rc != -ENOENT && rc != -EEXIST && rc != -EINVAL && rc != -ENOTDIR &&
 	    rc != -EISDIR && rc != -ENAMETOOLONG)

@@ -128,3 +128,18 @@ def test_a_tampered_cluster_value_is_never_served(nodes, cluster):
                         "set", cache_key("short"), "abc"], capture_output=True, timeout=10)
     assert r.returncode == 0
     assert not os.path.exists(b.path(CACHE, "short"))
+
+
+def test_a_directory_renamed_into_place_on_a_is_what_b_finds(nodes):
+    """DeepGEMM's pattern: a temporary directory, filled, renamed into place."""
+    a, b = nodes("a"), nodes("b")
+    os.makedirs(a.path(CACHE, "deep_gemm", "tmp.1234", "sub"))
+    files = {"k.cubin": blob(30, 2000), "sub/meta": blob(31, 50)}
+    for rel, data in files.items():
+        with open(a.path(CACHE, "deep_gemm", "tmp.1234", *rel.split("/")), "wb") as f:
+            f.write(data)
+    os.rename(a.path(CACHE, "deep_gemm", "tmp.1234"), a.path(CACHE, "deep_gemm", "kernel"))
+    assert os.listdir(b.path(CACHE, "deep_gemm")) == ["kernel"]
+    for rel, data in files.items():
+        assert read(b.path(CACHE, "deep_gemm", "kernel", *rel.split("/"))) == data, rel
+    assert sorted(os.listdir(b.path(CACHE, "deep_gemm", "kernel"))) == ["k.cubin", "sub"]
