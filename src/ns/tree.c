@@ -92,6 +92,8 @@ bool tree_name_quick(struct tree *t, struct node *parent)
 
 bool tree_opendir_quick(struct tree *t, struct node *n)
 {
+	if (n->type == NODE_CACHE_DIR) /* with remote=, its listing asks the cluster */
+		return !t->remote;
 	if (n->type == NODE_KEYS_DIR)
 		return !t->sizing && t->idx.keys.count < 4096;
 	return n->type != NODE_VERSION || ((struct version *)n)->objects.count < 4096;

@@ -57,3 +57,41 @@ void remote_stats(struct remote *r, struct remote_stats *out)
 void remote_metrics_render(struct remote *r, FILE *f)
 {
 }
+
+int remote_put_named(struct remote *r, const char *name, const void *val, size_t len)
+{
+	return -ENOTSUP;
+}
+
+int remote_get_named(struct remote *r, const char *name, uint8_t **val, size_t *len)
+{
+	return -ENOTSUP;
+}
+
+int remote_sadd_named(struct remote *r, size_t n, const char *const *names,
+		      const char *const *members, int *results)
+{
+	for (size_t i = 0; i < n; i++)
+		results[i] = -ENOTSUP;
+	return n ? -ENOTSUP : 0;
+}
+
+int remote_srem_named(struct remote *r, size_t n, const char *const *names,
+		       const char *const *members, int *results)
+{
+	for (size_t i = 0; i < n; i++)
+		results[i] = -ENOTSUP;
+	return n ? -ENOTSUP : 0;
+}
+
+int remote_members_named(struct remote *r, const char *name, size_t max, size_t max_len,
+			 char ***members, size_t *count)
+{
+	*members = NULL;
+	*count = 0;
+	return -ENOTSUP;
+}
+
+void remote_members_free(char **members, size_t count)
+{
+}

@@ -28,6 +28,7 @@
 #define MAP_MAX_AGE_S  60    /* a map older than this is learnt again before a call */
 #define LOG_PER_CALL   4     /* failure lines of one call; the rest are counted */
 #define LOG_PER_SECOND 10    /* failure lines of all calls */
+#define TAGS_PER_OP    3     /* replies one op may expect: ASKING, its command, PEXPIRE */
 
 /* ---- small helpers --------------------------------------------------------------- */
 
@@ -72,7 +73,7 @@ static void remote_log(struct remote *r, const char *fmt, ...)
 
 /* ---- one call: rounds of pipelines ------------------------------------------------- */
 
-enum tag_kind { TAG_ASKING, TAG_CMD, TAG_WAIT };
+enum tag_kind { TAG_ASKING, TAG_CMD, TAG_WAIT, TAG_EXPIRE };
 
 struct tag {
 	uint32_t op;
@@ -191,6 +192,53 @@ static void on_wait(struct remote *r, struct op *ops, struct lane *l, const redi
 		o->refresh = true;   /* the replica may be gone: learn the count again */
 }
 
+/* SMEMBERS's array into op->members: at most members_max, each at most
+ * member_len bytes without a NUL (the rest left out: they come from
+ * outside). */
+static void on_members(struct op *op, const redisReply *reply)
+{
+	size_t n = reply->elements < op->members_max ? reply->elements : op->members_max;
+
+	if (n && !(op->members = calloc(n, sizeof(*op->members)))) {
+		snprintf(op->why, sizeof(op->why), "out of memory");
+		finish(op, -ENOMEM);
+		return;
+	}
+	for (size_t i = 0; i < reply->elements && op->nmembers < n; i++) {
+		const redisReply *e = reply->element[i];
+		if (!reply_is(e, REDIS_REPLY_STRING) || e->len == 0 || e->len > op->member_len ||
+		    memchr(e->str, '\0', e->len))
+			continue;
+		char *m = strndup(e->str, e->len);
+		if (!m) {
+			snprintf(op->why, sizeof(op->why), "out of memory");
+			finish(op, -ENOMEM);
+			return;
+		}
+		op->members[op->nmembers++] = m;
+	}
+	finish(op, 0);
+}
+
+/* The replies of the set steps: SADD (then its PEXPIRE, when one was
+ * sent) and SMEMBERS. */
+static void on_set_reply(struct remote *r, struct op *op, const redisReply *reply)
+{
+	if (op->step == STEP_MEMBERS && reply->type == REDIS_REPLY_ARRAY) {
+		on_members(op, reply);
+		return;
+	}
+	if (op->step != STEP_MEMBERS && reply->type == REDIS_REPLY_INTEGER) {
+		if (op->step == STEP_SADD && r->ttl_ms[0])
+			op->step = STEP_EXPIRE;   /* the PEXPIRE's reply follows */
+		else
+			finish(op, 0);
+		return;
+	}
+	snprintf(op->why, sizeof(op->why), "unexpected reply type %d", reply->type);
+	finish(op, -EIO);
+}
+
 static void on_reply(struct remote *r, struct op *ops, struct lane *l, const struct tag *tag,
 		     redisReply *reply, struct outcome *o)
 {
@@ -203,8 +251,14 @@ static void on_reply(struct remote *r, struct op *ops, struct lane *l, const str
 		on_wait(r, ops, l, reply, o);
 		return;
 	}
+	if (tag->kind == TAG_EXPIRE && op->step != STEP_EXPIRE)
+		return;   /* its SADD failed: that error is the op's */
 	if (reply->type == REDIS_REPLY_ERROR) {
 		on_error(r, op, reply, o);
+		return;
+	}
+	if (op->step >= STEP_SADD && op->step <= STEP_MEMBERS) {
+		on_set_reply(r, op, reply);
 		return;
 	}
 	switch (op->step) {
@@ -255,6 +309,28 @@ static void on_reply(struct remote *r, struct op *ops, struct lane *l, const str
 	finish(op, -EIO);
 }
 
+/* SADD (or SREM), and PEXPIRE after it when values expire: both again
+ * from the start when an earlier round lost the PEXPIRE's reply (both are
+ * idempotent). */
+static int append_sadd(struct remote *r, struct lane *l, struct op *op, uint32_t index)
+{
+	const char *argv[] = { op->set_cmd, op->key, (const char *)op->val };
+	const size_t lens[] = { 4, op->key_len, op->len };
+
+	op->step = STEP_SADD;
+	if (redis_conn_append(l->slot->conn, 3, argv, lens) < 0)
+		return -ENOMEM;
+	l->tags[l->ntags++] = (struct tag){ index, TAG_CMD };
+	if (!r->ttl_ms[0])
+		return 0;
+	const char *ex[] = { "PEXPIRE", op->key, r->ttl_ms };
+	const size_t exl[] = { 7, op->key_len, strlen(r->ttl_ms) };
+	if (redis_conn_append(l->slot->conn, 3, ex, exl) < 0)
+		return -ENOMEM;
+	l->tags[l->ntags++] = (struct tag){ index, TAG_EXPIRE };
+	return 0;
+}
+
 static int append_op(struct remote *r, struct lane *l, struct op *op, uint32_t index)
 {
 	if (op->asking) {
@@ -265,7 +341,13 @@ static int append_op(struct remote *r, struct lane *l, struct op *op, uint32_t i
 		l->tags[l->ntags++] = (struct tag){ index, TAG_ASKING };
 	}
 	int rc;
-	if (op->step == STEP_SET) {
+	if (op->step == STEP_SADD || op->step == STEP_EXPIRE)
+		return append_sadd(r, l, op, index);
+	if (op->step == STEP_MEMBERS) {
+		const char *argv[] = { "SMEMBERS", op->key };
+		const size_t lens[] = { 8, op->key_len };
+		rc = redis_conn_append(l->slot->conn, 2, argv, lens);
+	} else if (op->step == STEP_SET) {
 		const char *argv[] = { "SET", op->key, (const char *)op->val, "NX", "PX", r->ttl_ms };
 		const size_t lens[] = { 3, op->key_len, op->len, 2, 2, strlen(r->ttl_ms) };
 		rc = redis_conn_append(l->slot->conn, r->ttl_ms[0] ? 6 : 4, argv, lens);
@@ -296,7 +378,7 @@ static void lane_fail(struct remote *r, struct op *ops, struct lane *l, const ch
 struct round {
 	struct lane *lanes;      /* in node order */
 	size_t nlanes;
-	struct tag *tags;        /* every lane's share: 2 per op + WAIT */
+	struct tag *tags;        /* every lane's share: 3 per op + WAIT */
 	struct pollfd *pfds;     /* the lanes poll() watches */
 	struct lane **polled;
 	uint32_t *lane_of;       /* node -> a count of its ops, then its lane + 1 */
@@ -310,7 +392,7 @@ static int round_alloc(struct round *rd, const struct op *ops, size_t n)
 		pending += ops[i].step != STEP_DONE;
 	if (!(rd->lane_of = calloc(NODES_MAX, sizeof(*rd->lane_of))) ||
 	    !(rd->lanes = calloc(pending, sizeof(*rd->lanes))) ||
-	    !(rd->tags = calloc(2 * pending + pending, sizeof(*rd->tags))) ||
+	    !(rd->tags = calloc(TAGS_PER_OP * pending + pending, sizeof(*rd->tags))) ||
 	    !(rd->pfds = calloc(pending, sizeof(*rd->pfds))) ||
 	    !(rd->polled = calloc(pending, sizeof(*rd->polled))))
 		return -ENOMEM;
@@ -356,7 +438,7 @@ static void round_route(struct remote *r, struct round *rd, struct op *ops, size
 {
 	pthread_rwlock_rdlock(&r->map_lock);
 	round_route_locked(r, rd, ops, n, o);
-	/* Lanes in node order; each gets its share of tags: 2 per op + WAIT. */
+	/* Lanes in node order; each gets its share of tags: 3 per op + WAIT. */
 	size_t nnodes = r->nnodes;
 	size_t offset = 0;
 	for (size_t i = 0; i < nnodes; i++) {
@@ -366,7 +448,7 @@ static void round_route(struct remote *r, struct round *rd, struct op *ops, size
 		l->node = r->nodes[i];
 		l->replicas = atomic_load(&l->node->replicas);
 		l->tags = rd->tags + offset;
-		offset += 2 * rd->lane_of[i] + 1;
+		offset += TAGS_PER_OP * rd->lane_of[i] + 1;
 		rd->lane_of[i] = (uint32_t)++rd->nlanes;
 	}
 	pthread_rwlock_unlock(&r->map_lock);
@@ -565,7 +647,8 @@ static bool any_pending(const struct op *ops, size_t n)
 
 /* Rounds until every op is done or the deadline; then the accounting and
  * one log line per failure (a few per call, the rest counted). */
-void remote_call_run(struct remote *r, struct op *ops, size_t n, int64_t started, bool put)
+void remote_call_run(struct remote *r, struct op *ops, size_t n, int64_t started,
+		     const char *what)
 {
 	int64_t deadline = started + (int64_t)r->timeout_ms * 1000000;
 	int backoff = BACKOFF_MIN_MS;
@@ -616,10 +699,10 @@ void remote_call_run(struct remote *r, struct op *ops, size_t n, int64_t started
 			pthread_mutex_lock(&r->log_lock);
 			memcpy(map_error, r->map_error, sizeof(map_error));
 			pthread_mutex_unlock(&r->log_lock);
-			remote_log(r, "%s %s: %s%s%s", put ? "put" : "get", op->key, op->why,
+			remote_log(r, "%s %.300s: %s%s%s", what, op->key, op->why,
 				   map_error[0] ? "; " : "", map_error);
 		} else {
-			remote_log(r, "%s %s on %s: %s%s", put ? "put" : "get", op->key,
+			remote_log(r, "%s %.300s on %s: %s%s", what, op->key,
 				   r->nodes[op->node]->name, op->why,
 				   op->result == -ENOSPC ? " (cluster out of memory)" : "");
 		}

@@ -84,10 +84,50 @@ static struct op *ops_new(struct remote *r, size_t n, const char *const *keys_he
 			*rc = -EINVAL;
 			return NULL;
 		}
-		op->key_len = (size_t)snprintf(op->key, sizeof(op->key), "%s:%.64s", r->prefix,
+		op->key = op->key_buf;
+		op->key_len = (size_t)snprintf(op->key, sizeof(op->key_buf), "%s:%.64s", r->prefix,
 					       keys_hex[i]);
 		op->slot = cluster_key_slot(op->key, op->key_len);
 		op->step = put ? STEP_SET : STEP_GET;
+		op->ask = NODE_NONE;
+		op->node = NODE_NONE;
+	}
+	return ops;
+}
+
+static void ops_free(struct op *ops, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ops[i].key != ops[i].key_buf)
+			free(ops[i].key);
+	free(ops);
+}
+
+/* Ops for n named keys ("<prefix>:<name>"), each starting at step, or NULL
+ * with -EINVAL/-ENOMEM in *rc. */
+static struct op *ops_new_named(struct remote *r, size_t n, const char *const *names,
+				enum step step, int *rc)
+{
+	struct op *ops = calloc(n, sizeof(*ops));
+
+	*rc = ops ? 0 : -ENOMEM;
+	for (size_t i = 0; ops && i < n; i++) {
+		struct op *op = &ops[i];
+		size_t len = names[i] ? strnlen(names[i], REMOTE_NAME_MAX + 1) : 0;
+		op->key = op->key_buf;   /* until its own, so that ops_free skips it */
+		if (len == 0 || len > REMOTE_NAME_MAX)
+			*rc = -EINVAL;
+		else if (!(op->key = malloc(strlen(r->prefix) + 1 + len + 1)))
+			*rc = -ENOMEM;
+		if (*rc < 0) {
+			if (!op->key)
+				op->key = op->key_buf;
+			ops_free(ops, i + 1);
+			return NULL;
+		}
+		op->key_len = (size_t)sprintf(op->key, "%s:%s", r->prefix, names[i]);
+		op->slot = cluster_key_slot(op->key, op->key_len);
+		op->step = step;
 		op->ask = NODE_NONE;
 		op->node = NODE_NONE;
 	}
@@ -109,13 +149,13 @@ int remote_put_many(struct remote *r, size_t n, const char *const *keys_hex,
 		ops[i].val = vals[i];
 		ops[i].len = lens[i];
 	}
-	remote_call_run(r, ops, n, started, true);
+	remote_call_run(r, ops, n, started, "put");
 	for (size_t i = 0; i < n; i++) {
 		results[i] = ops[i].result;
 		if (rc == 0)
 			rc = ops[i].result;
 	}
-	free(ops);
+	ops_free(ops, n);
 	return rc;
 }
 
@@ -130,7 +170,7 @@ int remote_get_many(struct remote *r, size_t n, const char *const *keys_hex, uin
 	struct op *ops = ops_new(r, n, keys_hex, false, &rc);
 	if (!ops)
 		return rc;
-	remote_call_run(r, ops, n, started, false);
+	remote_call_run(r, ops, n, started, "get");
 	for (size_t i = 0; i < n; i++) {
 		results[i] = ops[i].result;
 		vals[i] = ops[i].result == 0 ? ops[i].got : NULL;
@@ -140,7 +180,7 @@ int remote_get_many(struct remote *r, size_t n, const char *const *keys_hex, uin
 		if (rc == 0)
 			rc = ops[i].result;
 	}
-	free(ops);
+	ops_free(ops, n);
 	return rc;
 }
 
@@ -159,6 +199,115 @@ int remote_get(struct remote *r, const char key_hex[REMOTE_KEY_HEX], uint8_t **v
 	const char *keys[] = { key_hex };
 
 	return remote_get_many(r, 1, keys, val, len, &result);
+}
+
+int remote_put_named(struct remote *r, const char *name, const void *val, size_t len)
+{
+	int64_t started = redis_now();
+	int rc;
+	struct op *ops = ops_new_named(r, 1, &name, STEP_SET, &rc);
+
+	if (!ops)
+		return rc;
+	ops[0].val = val;
+	ops[0].len = len;
+	remote_call_run(r, ops, 1, started, "put");
+	rc = ops[0].result;
+	ops_free(ops, 1);
+	return rc;
+}
+
+int remote_get_named(struct remote *r, const char *name, uint8_t **val, size_t *len)
+{
+	int64_t started = redis_now();
+	int rc;
+	struct op *ops = ops_new_named(r, 1, &name, STEP_GET, &rc);
+
+	*val = NULL;
+	*len = 0;
+	if (!ops)
+		return rc;
+	remote_call_run(r, ops, 1, started, "get");
+	rc = ops[0].result;
+	if (rc == 0) {
+		*val = ops[0].got;
+		*len = ops[0].got_len;
+	} else {
+		free(ops[0].got);
+	}
+	ops_free(ops, 1);
+	return rc;
+}
+
+/* cmd: "SADD" or "SREM" (4 bytes both). */
+static int set_change(struct remote *r, const char *cmd, size_t n, const char *const *names,
+		      const char *const *members, int *results)
+{
+	int64_t started = redis_now();
+	int rc;
+
+	if (n == 0)
+		return 0;
+	struct op *ops = ops_new_named(r, n, names, STEP_SADD, &rc);
+	if (!ops)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		ops[i].set_cmd = cmd;
+		ops[i].val = (const uint8_t *)members[i];
+		ops[i].len = strlen(members[i]);
+	}
+	remote_call_run(r, ops, n, started, cmd[1] == 'A' ? "sadd" : "srem");
+	for (size_t i = 0; i < n; i++) {
+		results[i] = ops[i].result;
+		if (rc == 0)
+			rc = ops[i].result;
+	}
+	ops_free(ops, n);
+	return rc;
+}
+
+int remote_sadd_named(struct remote *r, size_t n, const char *const *names,
+		      const char *const *members, int *results)
+{
+	return set_change(r, "SADD", n, names, members, results);
+}
+
+int remote_srem_named(struct remote *r, size_t n, const char *const *names,
+		      const char *const *members, int *results)
+{
+	return set_change(r, "SREM", n, names, members, results);
+}
+
+void remote_members_free(char **members, size_t count)
+{
+	for (size_t i = 0; members && i < count; i++)
+		free(members[i]);
+	free(members);
+}
+
+int remote_members_named(struct remote *r, const char *name, size_t max, size_t max_len,
+			 char ***members, size_t *count)
+{
+	int64_t started = redis_now();
+	int rc;
+	struct op *ops = ops_new_named(r, 1, &name, STEP_MEMBERS, &rc);
+
+	*members = NULL;
+	*count = 0;
+	if (!ops)
+		return rc;
+	ops[0].members_max = max;
+	ops[0].member_len = max_len;
+	remote_call_run(r, ops, 1, started, "smembers");
+	rc = ops[0].result;
+	if (rc == 0) {
+		*members = ops[0].members;
+		*count = ops[0].nmembers;
+	} else {
+		remote_members_free(ops[0].members, ops[0].nmembers);
+	}
+	ops_free(ops, 1);
+	return rc;
 }
 
 void remote_stats(struct remote *r, struct remote_stats *out)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* artfs's Redis Cluster client (DESIGN.md §7): R3 envelopes stored as
- * <prefix>:<key hex>, created once (SET NX PX) and read back, with CRC16
+ * <prefix>:<key hex>, created once (SET NX PX) and read back, and values
+ * and sets by name (<prefix>:<name>, the .cache/ tree's), with CRC16
  * slot routing, MOVED and ASK, reconnects and slot-map refreshes.
  *
  * Thread-safe: any number of threads may call one struct remote at once.
@@ -67,6 +68,33 @@ int remote_put_many(struct remote *r, size_t n, const char *const *keys_hex,
 		    const void *const *vals, const size_t *lens, int *results);
 int remote_get_many(struct remote *r, size_t n, const char *const *keys_hex, uint8_t **vals,
 		    size_t *lens, int *results);
+
+/* Keys by name, for what is not an R3 object (the .cache/ tree): the key
+ * is "<prefix>:<name>", name 1 to REMOTE_NAME_MAX bytes (-EINVAL
+ * otherwise). put and get answer as remote_put and remote_get do. */
+#define REMOTE_NAME_MAX 4200
+int remote_put_named(struct remote *r, const char *name, const void *val, size_t len);
+int remote_get_named(struct remote *r, const char *name, uint8_t **val, size_t *len);
+
+/* Sets, in one pipelined round per node: member i is added to the set
+ * named names[i] (SADD), whose expiry is then refreshed to remote_ttl=
+ * (PEXPIRE; none when it is 0). results[i]: 0 (added, or already there),
+ * -EIO (no answer in time, or the key holds no set), -ENOSPC. Returns 0 or
+ * the first non-zero result. */
+int remote_sadd_named(struct remote *r, size_t n, const char *const *names,
+		      const char *const *members, int *results);
+/* The same, each member removed from its set (SREM; an absent member or
+ * set is 0). */
+int remote_srem_named(struct remote *r, size_t n, const char *const *names,
+		      const char *const *members, int *results);
+/* The members of the set named name (SMEMBERS): at most max of them (the
+ * rest are left out), each a NUL-terminated malloc'd string of at most
+ * max_len bytes (longer ones, and ones holding a NUL, are left out); an
+ * absent set is 0 members. 0 (*members malloc'd, free with
+ * remote_members_free), -EIO, -EINVAL, -ENOMEM. */
+int remote_members_named(struct remote *r, const char *name, size_t max, size_t max_len,
+			 char ***members, size_t *count);
+void remote_members_free(char **members, size_t count);
 
 /* Counters since remote_open, for tests and for the caller's own logic. */
 struct remote_stats {

@@ -66,6 +66,9 @@ enum step {
 	STEP_COMPARE,  /* put refused by NX: GET to compare */
 	STEP_WAIT,     /* put written: waiting for the WAIT in the same pipeline */
 	STEP_GET,      /* get */
+	STEP_SADD,     /* add (or remove) a member of a set, PEXPIRE in the same pipeline */
+	STEP_EXPIRE,   /* added: waiting for the PEXPIRE that follows */
+	STEP_MEMBERS,  /* SMEMBERS */
 	STEP_DONE,
 };
 
@@ -74,7 +77,15 @@ struct op {
 	size_t len;
 	uint8_t *got;         /* get, or compare: the value found */
 	size_t got_len;
-	char key[REMOTE_PREFIX_MAX + 2 + REMOTE_KEY_HEX];
+	const char *set_cmd;  /* STEP_SADD: "SADD", or "SREM" */
+	char **members;       /* SMEMBERS: what came back (NUL-terminated, malloc'd) */
+	size_t nmembers;
+	size_t members_max;   /* at most this many kept, each at most member_len bytes */
+	size_t member_len;
+	/* key points at key_buf for an R3 key (no allocation in a batch), or
+	 * at a malloc'd "<prefix>:<name>" for a named one. */
+	char *key;
+	char key_buf[REMOTE_PREFIX_MAX + 2 + REMOTE_KEY_HEX];
 	size_t key_len;
 	unsigned slot;
 	enum step step;
@@ -99,7 +110,9 @@ int remote_conn_open(struct remote *r, const struct node *n, int64_t deadline,
 	      struct redis_conn **out, char *err, size_t errlen);
 int remote_map_refresh(struct remote *r, uint64_t seen_gen, int64_t deadline);
 
-/* pipeline.c: one call, every op done (result set) when it returns. */
-void remote_call_run(struct remote *r, struct op *ops, size_t n, int64_t started, bool put);
+/* pipeline.c: one call, every op done (result set) when it returns. what
+ * names the call in logs ("put", "get", "sadd", "smembers"). */
+void remote_call_run(struct remote *r, struct op *ops, size_t n, int64_t started,
+		     const char *what);
 
 #endif

@@ -231,6 +231,47 @@ static void pending_end_locked(struct wnode *n)
 	wnode_ino_unset_locked(n->tree, n);
 }
 
+/* The path of n below the tree, when it is a name the tree does not hold
+ * yet (what the cluster is asked about); -EEXIST when it holds it. */
+static int path_if_absent(struct wtree *w, struct wnode *n, char *path, size_t len)
+{
+	pthread_mutex_lock(&w->mu);
+	int rc = wnode_find_locked(w, n->parent, n->name) ? -EEXIST
+							     : wnode_path_locked(n, path, len);
+	pthread_mutex_unlock(&w->mu);
+	return rc;
+}
+
+/* With remote=, the file goes to the cluster before it is linked in here:
+ * if another node committed other bytes under its name first, those are
+ * what this node commits instead (DESIGN.md §9: the first stays), so that
+ * no reader here ever sees a second version of the name. */
+static int commit_claim(struct wtree *w, struct wwrite *f, struct wheader *hd)
+{
+	char path[WTREE_PATH_MAX + 2];
+	struct wvalue theirs = { 0 };
+
+	if (path_if_absent(w, f->n, path, sizeof(path)) < 0 ||
+	    wcluster_claim(w, path, f->tmp.fd, f->size, hd->sha, &theirs) == 0)
+		return 0;
+	int rc = theirs.size ? store_pwrite_all(f->tmp.fd, theirs.val + 32, theirs.size,
+						WTREE_HEADER) : 0;
+	if (rc == 0 && ftruncate(f->tmp.fd, (off_t)(WTREE_HEADER + theirs.size)) < 0)
+		rc = -errno;
+	if (rc == 0) {
+		pthread_mutex_lock(&w->mu);
+		f->size = f->n->size = theirs.size;
+		pthread_mutex_unlock(&w->mu);
+		hd->size = theirs.size;
+		memcpy(hd->sha, theirs.val, 32);
+		counter_inc(&w->t->metrics.cache_collisions);
+		log_info("cache: .cache/%.400s was committed first by another node with other "
+			 "bytes; those stay", path);
+	}
+	wvalue_free(&theirs);
+	return rc;
+}
+
 static int commit(struct tree *t, struct wwrite *f)
 {
 	struct wtree *w = tree_of_node(f->n);
@@ -240,6 +281,8 @@ static int commit(struct tree *t, struct wwrite *f)
 	f->ended = true;
 	if (rc == 0)
 		rc = write_digest(f, hd.sha);
+	if (rc == 0 && t->remote)
+		rc = commit_claim(w, f, &hd);
 	memcpy(hd.magic, WTREE_MAGIC, 8);
 	if (rc == 0)
 		rc = store_pwrite_all(f->tmp.fd, &hd, sizeof(hd), 0);
@@ -333,8 +376,8 @@ static bool write_quick(struct tree *t, struct handle *h, size_t len)
 
 static bool flush_quick(struct tree *t, struct handle *h)
 {
-	(void)t;
-	return ((struct wwrite *)h)->size <= HANDLE_QUICK_BYTES;
+	/* With remote=, a commit waits on the cluster. */
+	return !t->remote && ((struct wwrite *)h)->size <= HANDLE_QUICK_BYTES;
 }
 
 static const struct handle_ops write_ops = {
@@ -621,5 +664,89 @@ int wfile_open(struct tree *t, struct wnode *n, struct handle **h)
 	}
 	counter_inc(&w->t->metrics.cache_hits);
 	*h = &f->h;
+	return 0;
+}
+
+/* ---- a file fetched from another node ---------------------------------------------- */
+
+/* v's bytes and header into a new temporary file of the store. */
+static int adopt_write(struct tree *t, const struct wvalue *v, struct store_tmp *tmp)
+{
+	struct wheader hd = { .size = v->size };
+	int rc = store_tmp_open(&t->store, tmp, 0);
+
+	if (rc < 0)
+		return rc;
+	memcpy(hd.magic, WTREE_MAGIC, 8);
+	memcpy(hd.sha, v->val, 32);
+	rc = store_pwrite_all(tmp->fd, &hd, sizeof(hd), 0);
+	if (rc == 0 && v->size)
+		rc = store_pwrite_all(tmp->fd, v->val + 32, v->size, WTREE_HEADER);
+	if (rc < 0)
+		store_tmp_close(tmp);
+	return rc;
+}
+
+/* n, a new node, linked in as dir/name, committed with v's bytes. */
+static int adopt_locked(struct tree *t, struct wtree *w, struct wnode *n, int fd,
+			const struct wvalue *v)
+{
+	int rc = wfile_make_room_locked(t, w, v->size);
+
+	if (rc == 0)
+		rc = wdisk_link_locked(w, n, fd);
+	if (rc == 0)
+		rc = wnode_insert_locked(w, n->parent, n); /* LIVE from here on */
+	if (rc < 0)
+		return rc;
+	n->size = v->size;
+	memcpy(n->sha, v->val, 32);
+	w->bytes += n->size;
+	w->files++;
+	wnode_lru_touch_locked(w, n);
+	return 0;
+}
+
+int wfile_adopt(struct tree *t, struct wnode *dir, const char *name, const struct wvalue *v,
+		struct wnode **out)
+{
+	struct wtree *w = dir->tree;
+	struct store_tmp tmp;
+	struct wnode *n = NULL;
+	int rc = adopt_write(t, v, &tmp);
+
+	if (rc < 0) {
+		log_err("cache: keeping %.255s from the cluster: %s", name, strerror(-rc));
+		return rc;
+	}
+	pthread_mutex_lock(&w->mu);
+	struct wnode *old = dir->state == WNODE_LIVE ? wnode_find_locked(w, dir, name) : NULL;
+	if (dir->state != WNODE_LIVE)
+		rc = -ENOENT;
+	else if (old) /* another call placed it meanwhile: that one stays */
+		node_ref(&(n = old)->node);
+	else if (!(n = wnode_new(w, dir, name, false)))
+		rc = -ENOMEM;
+	else
+		rc = adopt_locked(t, w, n, tmp.fd, v); /* its creation reference: the caller's */
+	pthread_mutex_unlock(&w->mu);
+	store_tmp_close(&tmp);
+	if (rc < 0 && n && n != old) {
+		pthread_mutex_lock(&w->mu);
+		n->state = WNODE_GONE;
+		wnode_ino_unset_locked(w, n);
+		pthread_mutex_unlock(&w->mu);
+		node_unref(&n->node, 1);
+	}
+	if (rc < 0) {
+		if (rc != -ENOENT && rc != -ENOSPC)
+			log_err("cache: keeping %.255s from the cluster: %s", name, strerror(-rc));
+		return rc;
+	}
+	if (n != old) {
+		counter_inc(&t->metrics.cache_remote_hits);
+		wtree_redescribe(w, n); /* the next daemon finds it as a local commit */
+	}
+	*out = n;
 	return 0;
 }

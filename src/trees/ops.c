@@ -15,11 +15,14 @@
 #include <unistd.h>
 
 #include "lib/log.h"
+#include "remote/remote.h"
 #include "state/ids.h"
 #include "trees/names.h"
 #include "trees/wtree_i.h"
 
 #define WTREE_DIR_ATTR_TIMEOUT 1.0
+#define WTREE_LIST_REMOTE_MAX 4096 /* names of one directory a listing fetches */
+#define WTREE_MOVED_MAX 100000     /* files of a renamed directory sent to the cluster */
 
 /* ---- the tree --------------------------------------------------------------------- */
 
@@ -143,6 +146,86 @@ static int dir_usable_locked(const struct wnode *dir)
 	return dir->state == WNODE_LIVE ? 0 : -ENOENT;
 }
 
+/* The path of dir/name below the tree into buf, when dir is live, the
+ * name is not held here, and the path is within the tree's bounds. */
+static int child_path(struct wtree *w, struct wnode *dir, const char *name, char *buf,
+		      size_t len)
+{
+	char dpath[WTREE_PATH_MAX + 2];
+
+	pthread_mutex_lock(&w->mu);
+	int rc = dir_usable_locked(dir);
+	if (rc == 0 && wnode_find_locked(w, dir, name))
+		rc = -EEXIST;
+	if (rc == 0 && wnode_depth_locked(dir) + 1 > WTREE_DEPTH_MAX)
+		rc = -ENAMETOOLONG;
+	if (rc == 0)
+		rc = wnode_path_locked(dir, dpath, sizeof(dpath));
+	pthread_mutex_unlock(&w->mu);
+	if (rc < 0)
+		return rc;
+	if (strcmp(dpath, ".") == 0)
+		dpath[0] = '\0';
+	int n = snprintf(buf, len, "%s%s%s", dpath, dpath[0] ? "/" : "", name);
+	return n < 0 || (size_t)n > WTREE_PATH_MAX ? -ENAMETOOLONG : 0;
+}
+
+/* dir/name as a directory here (made now, or by another call meanwhile);
+ * *out referenced. */
+static int dir_make(struct wtree *w, struct wnode *dir, const char *name, struct wnode **out)
+{
+	struct wnode *n = NULL;
+
+	pthread_mutex_lock(&w->mu);
+	int rc = dir_usable_locked(dir);
+	struct wnode *old = rc == 0 ? wnode_find_locked(w, dir, name) : NULL;
+	if (old)
+		node_ref(&(n = old)->node);
+	else if (rc == 0 && !(n = wnode_new(w, dir, name, true)))
+		rc = -ENOMEM;
+	if (rc == 0 && !old && (rc = wdisk_mkdir_locked(w, n)) == 0)
+		rc = wnode_insert_locked(w, dir, n);
+	pthread_mutex_unlock(&w->mu);
+	if (rc < 0 && n) {
+		node_unref(&n->node, 1);
+		n = NULL;
+	}
+	*out = n;
+	return rc;
+}
+
+/* A name this node does not hold, asked of the cluster: a file some node
+ * committed (fetched, checked, kept here), else a directory some file
+ * under it names. Absent or damaged there: ENOENT; the cluster
+ * unreachable: EIO (a miss for the caller too, but one that says asking
+ * again now would wait again); held here meanwhile: EEXIST. */
+static int lookup_remote(struct tree *t, struct wnode *dir, const char *name, struct wnode **out)
+{
+	struct wtree *w = t->cache;
+	char path[WTREE_PATH_MAX + 2];
+	struct wvalue v = { 0 };
+	char **names = NULL;
+	size_t count = 0;
+
+	*out = NULL;
+	int rc = child_path(w, dir, name, path, sizeof(path));
+	if (rc < 0)
+		return rc;
+	rc = wcluster_fetch(w, path, &v);
+	if (rc == 0) {
+		rc = wfile_adopt(t, dir, name, &v, out);
+		wvalue_free(&v);
+		return rc;
+	}
+	if (rc != -ENOENT) /* unreachable: asking again for the directory waits again */
+		return rc == -EBADMSG ? -ENOENT : -EIO;
+	rc = wcluster_members(w, path, 1, &names, &count);
+	remote_members_free(names, count);
+	if (rc < 0 || count == 0)
+		return rc < 0 ? -EIO : -ENOENT;
+	return dir_make(w, dir, name, out);
+}
+
 int wtree_lookup(struct tree *t, struct node *node, const char *name, struct node **out)
 {
 	struct wtree *w = t->cache;
@@ -157,10 +240,18 @@ int wtree_lookup(struct tree *t, struct node *node, const char *name, struct nod
 	if (n)
 		node_ref(&n->node);
 	pthread_mutex_unlock(&w->mu);
-	if (rc == 0 && !n) {
-		counter_inc(&t->metrics.cache_misses);
-		rc = -ENOENT;
+	if (rc == 0 && !n && t->remote) {
+		rc = lookup_remote(t, dir, name, &n);
+		if (rc == -EEXIST) /* placed here meanwhile: look again */
+			return wtree_lookup(t, node, name, out);
+		if (rc < 0 && rc != -ENOMEM) /* the cluster unreachable, a name it cannot
+					      * hold, no room here: a miss, never an error */
+			rc = -ENOENT;
 	}
+	if (rc == 0 && !n)
+		rc = -ENOENT;
+	if (rc == -ENOENT)
+		counter_inc(&t->metrics.cache_misses);
 	*out = n ? &n->node : NULL;
 	return rc;
 }
@@ -342,6 +433,143 @@ static int rename_move_locked(struct wtree *w, struct wnode *src, struct wnode *
 	return rc;
 }
 
+/* The committed file dir/name, referenced, with its store path; NULL when
+ * it is not one. */
+static struct wnode *file_find(struct wtree *w, struct wnode *dir, const char *name,
+			       char *path, size_t len)
+{
+	pthread_mutex_lock(&w->mu);
+	struct wnode *n = dir_usable_locked(dir) == 0 ? wnode_find_locked(w, dir, name) : NULL;
+	if (n && (n->dir || wnode_path_locked(n, path, len) < 0))
+		n = NULL;
+	if (n)
+		node_ref(&n->node);
+	pthread_mutex_unlock(&w->mu);
+	return n;
+}
+
+/* With remote=, a committed file renamed onto a name this node does not
+ * hold goes to the cluster under that name first: when another node
+ * committed other bytes there first, those become the name here and the
+ * source goes (the first stays), 1; else 0 and the rename goes on.
+ * spath: the source's path when it is a committed file, else "". */
+static int rename_claim(struct tree *t, struct wnode *fdir, const char *from,
+			struct wnode *tdir, const char *to, char spath[WTREE_PATH_MAX + 2])
+{
+	struct wtree *w = t->cache;
+	char path[WTREE_PATH_MAX + 2];
+	struct wvalue theirs = { 0 };
+	struct wnode *src = file_find(w, fdir, from, spath, WTREE_PATH_MAX + 2), *n = NULL;
+
+	if (!src)
+		return 0;
+	int claimed = 0;
+	int fd = child_path(w, tdir, to, path, sizeof(path)) < 0 ? -1 :
+		 openat(w->root_fd, spath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0) {
+		claimed = wcluster_claim(w, path, fd, src->size, src->sha, &theirs);
+		close(fd);
+	}
+	if (claimed == 1 && wfile_adopt(t, tdir, to, &theirs, &n) == 0) {
+		node_unref(&n->node, 1);
+		pthread_mutex_lock(&w->mu);
+		if (src->state == WNODE_LIVE && src->parent == fdir)
+			drop_file_locked(w, src);
+		pthread_mutex_unlock(&w->mu);
+		counter_inc(&t->metrics.cache_collisions);
+		log_info("cache: .cache/%.400s was committed first by another node with other "
+			 "bytes; those stay", path);
+	} else {
+		claimed = 0;
+	}
+	wvalue_free(&theirs);
+	node_unref(&src->node, 1);
+	return claimed;
+}
+
+/* The path of the directory dir/name into path; -ENOENT when it is not one. */
+static int dir_find_path(struct wtree *w, struct wnode *dir, const char *name, char *path,
+			 size_t len)
+{
+	pthread_mutex_lock(&w->mu);
+	struct wnode *n = dir_usable_locked(dir) == 0 ? wnode_find_locked(w, dir, name) : NULL;
+	int rc = n && n->dir ? wnode_path_locked(n, path, len) : -ENOENT;
+	pthread_mutex_unlock(&w->mu);
+	return rc;
+}
+
+/* A committed file under a directory renamed here, for the cluster. */
+struct moved_file {
+	char *path;
+	uint64_t size;
+	uint8_t sha[32];
+};
+
+struct moved_files {
+	struct moved_file *v;
+	size_t n, cap;
+};
+
+/* The committed files under dir, at most WTREE_MOVED_MAX. */
+static void moved_collect_locked(struct wnode *dir, struct moved_files *m)
+{
+	struct wdir *d = dir->dir;
+	char path[WTREE_PATH_MAX + 2];
+
+	for (size_t i = 0; i < d->nbuckets; i++)
+		for (struct wnode *n = d->buckets[i]; n && m->n < WTREE_MOVED_MAX; n = n->chain) {
+			if (n->dir) {
+				moved_collect_locked(n, m);
+				continue;
+			}
+			if (m->n == m->cap) {
+				size_t cap = m->cap ? 2 * m->cap : 64;
+				struct moved_file *v = realloc(m->v, cap * sizeof(*v));
+				if (!v)
+					return;
+				m->v = v;
+				m->cap = cap;
+			}
+			if (wnode_path_locked(n, path, sizeof(path)) < 0 ||
+			    !(m->v[m->n].path = strdup(path)))
+				continue;
+			m->v[m->n].size = n->size;
+			memcpy(m->v[m->n].sha, n->sha, 32);
+			m->n++;
+		}
+}
+
+/* A directory renamed here: its committed files go to the cluster under
+ * their new paths, as their commits did under the old ones (so that the
+ * tools' temporary directory renamed into place is what other nodes
+ * find). Bytes another node put under a new path first stay there; this
+ * node keeps its own (counted, logged). */
+static void rename_dir_publish(struct tree *t, struct wnode *dir)
+{
+	struct wtree *w = t->cache;
+	struct moved_files m = { 0 };
+
+	pthread_mutex_lock(&w->mu);
+	if (dir->state == WNODE_LIVE)
+		moved_collect_locked(dir, &m);
+	pthread_mutex_unlock(&w->mu);
+	for (size_t i = 0; i < m.n; i++) {
+		struct wvalue theirs = { 0 };
+		int fd = openat(w->root_fd, m.v[i].path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 && wcluster_claim(w, m.v[i].path, fd, m.v[i].size, m.v[i].sha,
+					      &theirs) == 1) {
+			counter_inc(&t->metrics.cache_collisions);
+			log_info("cache: .cache/%.400s is in the cluster with other bytes from another "
+				 "node; this node keeps its own", m.v[i].path);
+		}
+		wvalue_free(&theirs);
+		if (fd >= 0)
+			close(fd);
+		free(m.v[i].path);
+	}
+	free(m.v);
+}
+
 int wtree_rename(struct tree *t, struct node *from_node, const char *from, struct node *to_node,
 		 const char *to, unsigned flags)
 {
@@ -350,6 +578,13 @@ int wtree_rename(struct tree *t, struct node *from_node, const char *from, struc
 
 	if (flags & ~1u) /* RENAME_NOREPLACE only: an exchange would unsettle committed names */
 		return -EINVAL;
+	char spath[WTREE_PATH_MAX + 2] = "";
+	if (t->remote && !(flags & 1u) && rename_claim(t, fdir, from, tdir, to, spath) == 1) {
+		wcluster_forget(w, spath);
+		return 0;
+	}
+	if (t->remote && !spath[0] && dir_find_path(w, fdir, from, spath, sizeof(spath)) < 0)
+		spath[0] = '\0';
 	pthread_mutex_lock(&w->mu);
 	int rc = dir_usable_locked(fdir);
 	struct wnode *src = rc == 0 ? wnode_find_locked(w, fdir, from) : NULL;
@@ -370,10 +605,16 @@ int wtree_rename(struct tree *t, struct node *from_node, const char *from, struc
 		 (rc = rename_move_locked(w, src, tdir, to)) == 0)
 		node_ref(&(moved = src)->node);
 	pthread_mutex_unlock(&w->mu);
+	if (moved && moved->dir && t->remote)
+		rename_dir_publish(t, moved);
 	if (moved) { /* the next daemon finds it under its new name */
 		wtree_redescribe(w, moved);
 		node_unref(&moved->node, 1);
 	}
+	/* Other nodes list it by its new name only (a source dropped because
+	 * the name held a directory already: by none). */
+	if (rc == 0 && spath[0] && !(fdir == tdir && strcmp(from, to) == 0))
+		wcluster_forget(w, spath);
 	if (rc < 0 && rc != -ENOENT && rc != -EEXIST && rc != -EINVAL && rc != -ENOTDIR &&
 	    rc != -EISDIR && rc != -ENAMETOOLONG)
 		log_err("cache: rename %.255s to %.255s: %s", from, to, strerror(-rc));
@@ -449,11 +690,40 @@ int wtree_open_file(struct tree *t, struct node *node, int flags, struct handle 
 	return rc;
 }
 
+/* With remote=, a listing shows what other nodes committed too: the names
+ * of the directory's set in the cluster that are not here are looked up
+ * (fetched, kept) first, at most WTREE_LIST_REMOTE_MAX of them. */
+static void list_remote(struct tree *t, struct wnode *dir)
+{
+	char path[WTREE_PATH_MAX + 2];
+	char **names = NULL;
+	size_t count = 0;
+
+	pthread_mutex_lock(&t->cache->mu);
+	int rc = dir_usable_locked(dir);
+	if (rc == 0)
+		rc = wnode_path_locked(dir, path, sizeof(path));
+	pthread_mutex_unlock(&t->cache->mu);
+	if (rc < 0 || wcluster_members(t->cache, path, WTREE_LIST_REMOTE_MAX, &names, &count) < 0)
+		return;
+	for (size_t i = 0; i < count; i++) {
+		struct wnode *n = NULL;
+		rc = lookup_remote(t, dir, names[i], &n);
+		if (rc == 0)
+			node_unref(&n->node, 1);
+		if (rc == -EIO)
+			break; /* the cluster went away: each further name would wait too */
+	}
+	remote_members_free(names, count);
+}
+
 void wtree_list(struct tree *t, struct node *node, wtree_list_fn fn, void *ctx)
 {
 	struct wtree *w = t->cache;
 	struct wdir *d = wnode_of(node)->dir;
 
+	if (t->remote && d)
+		list_remote(t, wnode_of(node));
 	pthread_mutex_lock(&w->mu);
 	for (size_t i = 0; d && i < d->nbuckets; i++)
 		for (struct wnode *n = d->buckets[i]; n; n = n->chain)

@@ -139,5 +139,38 @@ void wfile_recorded(struct tree *t, struct handle *h);
 /* Frees committed files nobody holds open, least recently opened first,
  * until need more bytes fit; -ENOSPC when they cannot. */
 int wfile_make_room_locked(struct tree *t, struct wtree *w, uint64_t need);
+struct wvalue;
+/* A file fetched from the cluster (checked), written to the store and
+ * linked in as dir/name as a local commit would be; *out referenced. When
+ * the name was placed meanwhile, that entry is *out. 0 or -errno. */
+int wfile_adopt(struct tree *t, struct wnode *dir, const char *name, const struct wvalue *v,
+		struct wnode **out);
+
+/* cluster.c: the tree across nodes (remote=). Each call waits on the
+ * cluster (at most remote_timeout): never under the tree's lock. */
+struct wvalue {
+	uint8_t *val;            /* SHA-256 (32 bytes), then size bytes; malloc'd */
+	uint64_t size;
+};
+void wvalue_free(struct wvalue *v);
+/* The file at path below the tree, fetched and checked (digest, at most
+ * cache_max_file= bytes): 0, -ENOENT absent, -EBADMSG failed its check
+ * (logged: never served), -EIO the cluster unreachable (the client logged). */
+int wcluster_fetch(struct wtree *w, const char *path, struct wvalue *out);
+/* A file about to be committed at path (fd: its store file, header
+ * first): written to the cluster once (SET NX) and named in the sets of
+ * the directories above it. 0: its bytes stand (put, identical, or the
+ * cluster unreachable); 1: another node committed other bytes first, and
+ * they are in *theirs, checked. */
+int wcluster_claim(struct wtree *w, const char *path, int fd, uint64_t size,
+		   const uint8_t sha[32], struct wvalue *theirs);
+/* path's name leaves its directory's set in the cluster (a file renamed
+ * away here: a temporary name other nodes need not list); its value stays
+ * until it expires. */
+void wcluster_forget(struct wtree *w, const char *path);
+/* The names of the directory at path in the cluster (those that are names
+ * of the tree), at most max: 0 or -errno (*names: remote_members_free). */
+int wcluster_members(struct wtree *w, const char *path, size_t max, char ***names,
+		     size_t *count);
 
 #endif

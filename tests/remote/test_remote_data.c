@@ -378,6 +378,107 @@ START_TEST(auth_with_a_password_file)
 }
 END_TEST
 
+/* Keys by name: put and get as R3 keys are, names up to REMOTE_NAME_MAX
+ * bytes (longer or empty: EINVAL), NX keeping the first value. */
+START_TEST(named_keys_put_get_and_bounds)
+{
+	char prefix[32];
+	fixture_prefix(prefix, sizeof(prefix), false);
+	struct remote *r = fixture_client(prefix, 2000);
+	char *name = malloc(REMOTE_NAME_MAX + 2);
+	uint8_t *got = NULL;
+	size_t len = 0;
+
+	ck_assert_int_eq(remote_put_named(r, "cache:a/b c", "one", 3), 0);
+	ck_assert_int_eq(remote_put_named(r, "cache:a/b c", "one", 3), 0);
+	ck_assert_int_eq(remote_put_named(r, "cache:a/b c", "two", 3), -EEXIST);
+	ck_assert_int_eq(remote_get_named(r, "cache:a/b c", &got, &len), 0);
+	ck_assert_uint_eq(len, 3);
+	ck_assert_int_eq(memcmp(got, "one", 3), 0);
+	free(got);
+	ck_assert_int_eq(remote_get_named(r, "cache:absent", &got, &len), -ENOENT);
+	ck_assert_ptr_null(got);
+
+	memset(name, 'n', REMOTE_NAME_MAX);
+	name[REMOTE_NAME_MAX] = '\0';
+	ck_assert_int_eq(remote_put_named(r, name, "x", 1), 0);
+	ck_assert_int_eq(remote_get_named(r, name, &got, &len), 0);
+	ck_assert_uint_eq(len, 1);
+	free(got);
+	name[REMOTE_NAME_MAX] = 'n';
+	name[REMOTE_NAME_MAX + 1] = '\0';
+	ck_assert_int_eq(remote_put_named(r, name, "x", 1), -EINVAL);
+	ck_assert_int_eq(remote_get_named(r, name, &got, &len), -EINVAL);
+	ck_assert_int_eq(remote_put_named(r, "", "x", 1), -EINVAL);
+	free(name);
+	remote_close(r);
+}
+END_TEST
+
+static bool has_member(char **m, size_t n, const char *want)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(m[i], want) == 0)
+			return true;
+	return false;
+}
+
+/* SADD in one round for many sets, each given the TTL; SMEMBERS bounded
+ * in count and in member size; an absent set is empty. */
+START_TEST(sets_add_expire_and_list_bounded)
+{
+	char prefix[32];
+	fixture_prefix(prefix, sizeof(prefix), false);
+	struct remote *r = fixture_client(prefix, 2000);
+	const char *names[] = { "cachedir:", "cachedir:a", "cachedir:a", "cachedir:a/b" };
+	const char *members[] = { "a", "b", "c", "f" };
+	int results[4];
+	char **m = NULL;
+	size_t n = 0;
+
+	ck_assert_int_eq(remote_sadd_named(r, 4, names, members, results), 0);
+	ck_assert_int_eq(remote_sadd_named(r, 4, names, members, results), 0);   /* again: 0 */
+	ck_assert_int_eq(remote_members_named(r, "cachedir:a", 10, 255, &m, &n), 0);
+	ck_assert_uint_eq(n, 2);
+	ck_assert(has_member(m, n, "b") && has_member(m, n, "c"));
+	remote_members_free(m, n);
+	ck_assert_int_eq(remote_members_named(r, "cachedir:a", 1, 255, &m, &n), 0);
+	ck_assert_uint_eq(n, 1);   /* at most max */
+	remote_members_free(m, n);
+	const char *rem_names[] = { "cachedir:a", "cachedir:gone" };
+	const char *rem[] = { "b", "x" };
+	ck_assert_int_eq(remote_srem_named(r, 2, rem_names, rem, results), 0);
+	ck_assert_int_eq(remote_members_named(r, "cachedir:a", 10, 255, &m, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_str_eq(m[0], "c");
+	remote_members_free(m, n);
+	const char *big[] = { "cachedir:z" };
+	char long_member[300];
+	memset(long_member, 'l', 299);
+	long_member[299] = '\0';
+	const char *lm[] = { long_member };
+	ck_assert_int_eq(remote_sadd_named(r, 1, big, lm, results), 0);
+	ck_assert_int_eq(remote_members_named(r, "cachedir:z", 10, 255, &m, &n), 0);
+	ck_assert_uint_eq(n, 0);   /* longer than max_len: left out */
+	remote_members_free(m, n);
+	ck_assert_int_eq(remote_members_named(r, "cachedir:none", 10, 255, &m, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	remote_members_free(m, n);
+
+	int port = fixture_master_of_slot(fixture_slot_of(prefix, "cachedir:a"));
+	redisReply *t = fixture_admin(port, "PTTL %s:cachedir:a", prefix);
+	ck_assert_int_eq(t->type, REDIS_REPLY_INTEGER);
+	ck_assert_msg(t->integer > 590000 && t->integer <= 600000, "PTTL %lld", t->integer);
+	freeReplyObject(t);
+	/* A key that holds no set: EIO, not a crash or a hang. */
+	ck_assert_int_eq(remote_put_named(r, "cachedir:str", "v", 1), 0);
+	const char *str[] = { "cachedir:str" };
+	ck_assert_int_eq(remote_sadd_named(r, 1, str, members, results), -EIO);
+	ck_assert_int_eq(remote_members_named(r, "cachedir:str", 10, 255, &m, &n), -EIO);
+	remote_close(r);
+}
+END_TEST
+
 void data_tests(TCase *tc)
 {
 	tcase_add_test(tc, put_get_round_trip);
@@ -389,5 +490,7 @@ void data_tests(TCase *tc)
 	tcase_add_test(tc, many_threads_share_one_client);
 	tcase_add_test(tc, cluster_out_of_memory_is_enospc);
 	tcase_add_test(tc, auth_with_a_password_file);
+	tcase_add_test(tc, named_keys_put_get_and_bounds);
+	tcase_add_test(tc, sets_add_expire_and_list_bounded);
 }
 #endif

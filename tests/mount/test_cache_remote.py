@@ -1,0 +1,145 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The write-once tree .cache/ across nodes (DESIGN.md §9, remote=): two
+daemons with stores of their own over a real Redis Cluster on 127.0.0.1
+(test_remote.py's fixtures). What one node commits the other finds, lists
+and reads byte for byte; the first bytes of a name stay across nodes; the
+cluster stopped is a miss within remote_timeout; a tampered cluster value is
+never served. Every wait bounded."""
+import hashlib
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from test_remote import cluster, nodes, pytestmark  # noqa: F401 (fixtures)
+from test_cache import blob, read, write_atomic
+
+CACHE = ".cache"
+
+
+def cache_key(path):
+    return f"artfs:cache:{path}"
+
+
+def test_files_and_directories_made_on_a_are_found_listed_and_read_on_b(nodes):
+    a, b = nodes("a"), nodes("b")
+    os.makedirs(a.path(CACHE, "inductor", "ab"))
+    files = {"inductor/ab/kernel.py": blob(1, 300_000), "inductor/ab/empty": b"",
+             "inductor/top.json": blob(2, 100), "triton.txt": blob(3, 7)}
+    write_atomic(a.path(CACHE, "inductor", "ab", "kernel.py"), files["inductor/ab/kernel.py"])
+    with open(a.path(CACHE, "inductor", "ab", "empty"), "wb"):
+        pass
+    with open(a.path(CACHE, "inductor", "top.json"), "wb") as f:
+        f.write(files["inductor/top.json"])
+    with open(a.path(CACHE, "triton.txt"), "wb") as f:
+        f.write(files["triton.txt"])
+
+    # B never saw any of it: a directory exists because a file under it does.
+    assert os.path.isdir(b.path(CACHE, "inductor", "ab"))
+    assert sorted(os.listdir(b.path(CACHE, "inductor", "ab"))) == ["empty", "kernel.py"]
+    assert read(b.path(CACHE, "inductor", "ab", "kernel.py")) == files["inductor/ab/kernel.py"]
+    assert read(b.path(CACHE, "inductor", "ab", "empty")) == b""
+    # A listing shows what other nodes committed before any lookup of it.
+    assert "top.json" in os.listdir(b.path(CACHE, "inductor"))
+    assert "triton.txt" in os.listdir(b.path(CACHE))
+    for rel, data in files.items():
+        assert read(b.path(CACHE, *rel.split("/"))) == data, rel
+    m = b.metrics()
+    assert m["artfs_cache_remote_hits_total"] == len(files)
+    # Kept on B: its own entries from now on (a second read fetches nothing).
+    read(b.path(CACHE, "triton.txt"))
+    assert b.metrics()["artfs_cache_remote_hits_total"] == len(files)
+    assert not os.path.exists(b.path(CACHE, "inductor", "nothing"))
+
+
+def test_other_bytes_committed_on_b_after_a_keep_a_s(nodes):
+    a, b = nodes("a"), nodes("b")
+    first, second = blob(10, 5000), blob(11, 6000)
+    os.makedirs(a.path(CACHE, "d"))
+    with open(a.path(CACHE, "d", "f"), "wb") as f:
+        f.write(first)
+    # B writes the same name without looking first, both directly and by
+    # the tools' pattern (a temporary file renamed onto the name).
+    os.makedirs(b.path(CACHE, "d"), exist_ok=True)
+    with open(b.path(CACHE, "d", "f2.tmp"), "wb") as f:
+        f.write(second)
+    fd = os.open(b.path(CACHE, "d", "g"), os.O_CREAT | os.O_WRONLY | os.O_EXCL)
+    with open(a.path(CACHE, "d", "g"), "wb") as f:
+        f.write(first)
+    os.write(fd, second)
+    os.close(fd)
+    assert read(b.path(CACHE, "d", "g")) == first
+    assert read(a.path(CACHE, "d", "g")) == first
+    os.replace(b.path(CACHE, "d", "f2.tmp"), b.path(CACHE, "d", "f"))
+    assert read(b.path(CACHE, "d", "f")) == first
+    assert read(a.path(CACHE, "d", "f")) == first
+    assert b.metrics()["artfs_cache_collisions_total"] >= 2
+    assert b.wait_log("committed first by another node")
+
+
+def test_the_cluster_stopped_is_a_miss_within_the_timeout(nodes, cluster):
+    a, b = nodes("a", remote_timeout="1"), nodes("b", remote_timeout="1")
+    with open(b.path(CACHE, "local"), "wb") as f:
+        f.write(b"mine")
+    with open(a.path(CACHE, "shared"), "wb") as f:
+        f.write(b"from a")
+    for pid in cluster.pids():
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.time()
+        assert not os.path.exists(b.path(CACHE, "shared"))
+        assert time.time() - t0 < 3  # remote_timeout=1: loosely bounded
+        assert read(b.path(CACHE, "local")) == b"mine"
+        t0 = time.time()
+        assert "local" in os.listdir(b.path(CACHE))
+        assert time.time() - t0 < 3 * 2
+        # A commit still succeeds here: the cluster is the tool's bonus.
+        t0 = time.time()
+        with open(b.path(CACHE, "new"), "wb") as f:
+            f.write(b"while down")
+        assert time.time() - t0 < 3
+        assert read(b.path(CACHE, "new")) == b"while down"
+    finally:
+        for pid in cluster.pids():
+            os.kill(pid, signal.SIGCONT)
+    assert b.metrics()["artfs_remote_errors_total"] >= 1
+
+
+def test_a_tampered_cluster_value_is_never_served(nodes, cluster):
+    a, b = nodes("a"), nodes("b")
+    data = blob(20, 4096)
+    with open(a.path(CACHE, "t"), "wb") as f:
+        f.write(data)
+    bad = bytearray(hashlib.sha256(data).digest() + data)
+    bad[-1] ^= 0x40
+    r = subprocess.run(["redis-cli", "-c", "-h", "127.0.0.1", "-p", str(cluster.base), "-x",
+                        "set", cache_key("t")], input=bytes(bad),
+                       capture_output=True, timeout=10)
+    assert r.returncode == 0 and b"OK" in r.stdout, r
+    assert not os.path.exists(b.path(CACHE, "t"))
+    assert b.wait_log("fails its SHA-256 check")
+    assert "t" not in os.listdir(b.path(CACHE))
+    assert b.metrics()["artfs_cache_remote_hits_total"] == 0
+    assert read(a.path(CACHE, "t")) == data  # A's own copy
+    # Too short to hold a digest: not served either.
+    r = subprocess.run(["redis-cli", "-c", "-h", "127.0.0.1", "-p", str(cluster.base),
+                        "set", cache_key("short"), "abc"], capture_output=True, timeout=10)
+    assert r.returncode == 0
+    assert not os.path.exists(b.path(CACHE, "short"))
+
+
+def test_a_directory_renamed_into_place_on_a_is_what_b_finds(nodes):
+    """DeepGEMM's pattern: a temporary directory, filled, renamed into place."""
+    a, b = nodes("a"), nodes("b")
+    os.makedirs(a.path(CACHE, "deep_gemm", "tmp.1234", "sub"))
+    files = {"k.cubin": blob(30, 2000), "sub/meta": blob(31, 50)}
+    for rel, data in files.items():
+        with open(a.path(CACHE, "deep_gemm", "tmp.1234", *rel.split("/")), "wb") as f:
+            f.write(data)
+    os.rename(a.path(CACHE, "deep_gemm", "tmp.1234"), a.path(CACHE, "deep_gemm", "kernel"))
+    assert os.listdir(b.path(CACHE, "deep_gemm")) == ["kernel"]
+    for rel, data in files.items():
+        assert read(b.path(CACHE, "deep_gemm", "kernel", *rel.split("/"))) == data, rel
+    assert sorted(os.listdir(b.path(CACHE, "deep_gemm", "kernel"))) == ["k.cubin", "sub"]
