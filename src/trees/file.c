@@ -688,13 +688,13 @@ static int adopt_write(struct tree *t, const struct wvalue *v, struct store_tmp 
 }
 
 /* n, a new node, linked in as dir/name, committed with v's bytes. */
-static int adopt_locked(struct tree *t, struct wtree *w, struct wnode *n, int fd,
+static int adopt_locked(struct tree *t, struct wtree *w, struct wnode *n, struct store_tmp *tmp,
 			const struct wvalue *v)
 {
 	int rc = wfile_make_room_locked(t, w, v->size);
 
 	if (rc == 0)
-		rc = wdisk_link_locked(w, n, fd);
+		rc = wdisk_link_locked(w, n, tmp);
 	if (rc == 0)
 		rc = wnode_insert_locked(w, n->parent, n); /* LIVE from here on */
 	if (rc < 0)
@@ -728,7 +728,7 @@ int wfile_adopt(struct tree *t, struct wnode *dir, const char *name, const struc
 	else if (!(n = wnode_new(w, dir, name, false)))
 		rc = -ENOMEM;
 	else
-		rc = adopt_locked(t, w, n, tmp.fd, v); /* its creation reference: the caller's */
+		rc = adopt_locked(t, w, n, &tmp, v); /* its creation reference: the caller's */
 	pthread_mutex_unlock(&w->mu);
 	store_tmp_close(&tmp);
 	if (rc < 0 && n && n != old) {
