@@ -12,9 +12,12 @@
 #include "autoconf.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lib/log.h"
 #include "lib/sha256.h"
@@ -24,6 +27,36 @@
 #include "trees/wtree_i.h"
 
 #define SHA_LEN 32
+/* After the cluster did not answer, the tree answers from this node alone
+ * for this long: a compile's hundreds of misses would each wait
+ * remote_timeout= otherwise. */
+#define CLUSTER_PAUSE_NS (5 * 1000000000ll)
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+/* Whether the cluster may be asked now. */
+static bool cluster_usable(struct wtree *w)
+{
+	return mono_ns() >= atomic_load(&w->cluster_down_until);
+}
+
+/* What a call answered: no answer (EIO) pauses the asking. */
+static int cluster_note(struct wtree *w, int rc)
+{
+	if (rc != -EIO)
+		return rc;
+	int64_t was = atomic_exchange(&w->cluster_down_until, mono_ns() + CLUSTER_PAUSE_NS);
+	if (was == 0 || mono_ns() - was > CLUSTER_PAUSE_NS) /* once an outage */
+		log_warn("cache: the cluster does not answer; .cache/ answers from this node "
+			 "alone, asking it again every %lld s", CLUSTER_PAUSE_NS / 1000000000ll);
+	return rc;
+}
 
 /* "<kind>:<path>", the root's path "." as "": malloc'd, or NULL. */
 static char *key_name(const char *kind, const char *path)
@@ -47,7 +80,9 @@ int wcluster_fetch(struct wtree *w, const char *path, struct wvalue *out)
 
 	if (!name)
 		return -ENOMEM;
-	int rc = remote_get_named(w->t->remote, name, &val, &len);
+	int rc = cluster_usable(w) ? cluster_note(w, remote_get_named(w->t->remote, name, &val,
+								     &len))
+				   : -EIO;
 	free(name);
 	if (rc < 0)
 		return rc;
@@ -101,9 +136,9 @@ static void publish_dirs(struct wtree *w, const char *path)
 			break;
 		start = end + 1;
 	}
-	if (ok)
-		remote_sadd_named(w->t->remote, n, (const char *const *)names,
-				  (const char *const *)members, results);
+	if (ok && cluster_usable(w))
+		cluster_note(w, remote_sadd_named(w->t->remote, n, (const char *const *)names,
+						  (const char *const *)members, results));
 	for (size_t i = 0; i < n; i++) {
 		free(names[i]);
 		free(members[i]);
@@ -121,7 +156,9 @@ void wcluster_forget(struct wtree *w, const char *path)
 	if (!name)
 		return;
 	snprintf(name, sizeof("cachedir:") + dir_len, "cachedir:%.*s", (int)dir_len, path);
-	remote_srem_named(w->t->remote, 1, (const char *const *)&name, &member, &result);
+	if (cluster_usable(w))
+		cluster_note(w, remote_srem_named(w->t->remote, 1, (const char *const *)&name,
+						  &member, &result));
 	free(name);
 }
 
@@ -146,16 +183,20 @@ static int value_read(int fd, uint64_t size, const uint8_t sha[SHA_LEN], uint8_t
 int wcluster_claim(struct wtree *w, const char *path, int fd, uint64_t size,
 		   const uint8_t sha[SHA_LEN], struct wvalue *theirs)
 {
-	char *name = key_name("cache", path);
+	char *name = cluster_usable(w) ? key_name("cache", path) : NULL;
 	uint8_t *val = NULL;
 
+	if (!cluster_usable(w)) {
+		free(name);
+		return 0; /* the cluster does not answer: this node keeps its own */
+	}
 	if (!name || value_read(fd, size, sha, &val) < 0) {
 		free(name);
 		log_warn("cache: .cache/%.400s not written to the cluster: out of memory or "
 			 "unreadable", path);
 		return 0;
 	}
-	int rc = remote_put_named(w->t->remote, name, val, SHA_LEN + size);
+	int rc = cluster_note(w, remote_put_named(w->t->remote, name, val, SHA_LEN + size));
 	free(val);
 	free(name);
 	if (rc == 0) {
@@ -183,7 +224,10 @@ int wcluster_members(struct wtree *w, const char *path, size_t max, char ***name
 	*count = 0;
 	if (!name)
 		return -ENOMEM;
-	int rc = remote_members_named(w->t->remote, name, max, WTREE_NAME_MAX, names, count);
+	int rc = cluster_usable(w) ? cluster_note(w, remote_members_named(w->t->remote, name, max,
+									 WTREE_NAME_MAX, names,
+									 count))
+				   : -EIO;
 	free(name);
 	if (rc < 0)
 		return rc;

@@ -75,6 +75,9 @@ struct wtree {
 	uint64_t capacity, max_file;
 	uint64_t seed;
 	struct tree *t;          /* the tree it is part of (its metrics, its store) */
+	/* Until when (CLOCK_MONOTONIC ns) the cluster is not asked: it was
+	 * unreachable (cluster.c). */
+	_Atomic int64_t cluster_down_until;
 };
 
 static inline struct wnode *wnode_of(struct node *n)
