@@ -27,6 +27,7 @@
 #include "trees/wtree_i.h"
 
 #define SHA_LEN 32
+#define DIR_MEMBERS_MAX 65536 /* names of one directory looked through for one */
 /* After the cluster did not answer, the tree answers from this node alone
  * for this long: a compile's hundreds of misses would each wait
  * remote_timeout= otherwise. */
@@ -180,6 +181,23 @@ static int value_read(int fd, uint64_t size, const uint8_t sha[SHA_LEN], uint8_t
 	return 0;
 }
 
+bool wcluster_named(struct wtree *w, const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	const char *name = slash ? slash + 1 : path;
+	char dir[WTREE_PATH_MAX + 2];
+	char **names = NULL;
+	size_t count = 0;
+	bool found = false;
+
+	snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+	if (wcluster_members(w, dir, DIR_MEMBERS_MAX, &names, &count) == 0)
+		for (size_t i = 0; i < count && !found; i++)
+			found = strcmp(names[i], name) == 0;
+	remote_members_free(names, count);
+	return found;
+}
+
 int wcluster_claim(struct wtree *w, const char *path, int fd, uint64_t size,
 		   const uint8_t sha[SHA_LEN], struct wvalue *theirs)
 {
@@ -210,6 +228,14 @@ int wcluster_claim(struct wtree *w, const char *path, int fd, uint64_t size,
 	if (wcluster_fetch(w, path, theirs) < 0)
 		return 0;
 	if (theirs->size == size && memcmp(theirs->val, sha, SHA_LEN) == 0) {
+		wvalue_free(theirs);
+		publish_dirs(w, path);
+		return 0;
+	}
+	if (!wcluster_named(w, path)) {
+		/* A name renamed away where it was committed (a tool's temporary
+		 * name, made again and again): its old value is no entry. Ours
+		 * stays here only; no other node is told of it. */
 		wvalue_free(theirs);
 		return 0;
 	}

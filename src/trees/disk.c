@@ -20,28 +20,28 @@
 
 static void remove_under(int fd, unsigned depth);
 
+/* <store>/name, made if missing: its descriptor, or -errno with why in err. */
+static int subdir_open(struct tree *t, const char *name, char *err, size_t errlen)
+{
+	int fd = mkdirat(t->store.root_fd, name, 0700) < 0 && errno != EEXIST
+			 ? -1
+			 : openat(t->store.root_fd, name,
+				  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0) {
+		int e = errno;
+		snprintf(err, errlen, "%s/%s: %s", t->store.path, name, strerror(e));
+		return -e;
+	}
+	return fd;
+}
+
 int wdisk_open(struct tree *t, struct wtree *w, char *err, size_t errlen)
 {
-	int root = t->store.root_fd;
-
-	if (mkdirat(root, WTREE_DIR_NAME, 0700) < 0 && errno != EEXIST) {
-		snprintf(err, errlen, "%s/%s: %s", t->store.path, WTREE_DIR_NAME, strerror(errno));
-		return -errno;
-	}
-	w->root_fd = openat(root, WTREE_DIR_NAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (w->root_fd < 0) {
-		snprintf(err, errlen, "%s/%s: %s", t->store.path, WTREE_DIR_NAME, strerror(errno));
-		return -errno;
-	}
-	if (mkdirat(root, WTREE_TMP_DIR, 0700) < 0 && errno != EEXIST) {
-		snprintf(err, errlen, "%s/%s: %s", t->store.path, WTREE_TMP_DIR, strerror(errno));
-		return -errno;
-	}
-	w->tmp_fd = openat(root, WTREE_TMP_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (w->tmp_fd < 0) {
-		snprintf(err, errlen, "%s/%s: %s", t->store.path, WTREE_TMP_DIR, strerror(errno));
-		return -errno;
-	}
+	if ((w->root_fd = subdir_open(t, WTREE_DIR_NAME, err, errlen)) < 0)
+		return w->root_fd;
+	if ((w->tmp_fd = subdir_open(t, WTREE_TMP_DIR, err, errlen)) < 0)
+		return w->tmp_fd;
 	if (t->held.fresh) /* no daemon before: no writer to take back */
 		remove_under(w->tmp_fd, WTREE_DEPTH_MAX);
 	return 0;

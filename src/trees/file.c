@@ -25,6 +25,18 @@
 
 /* ---- room ------------------------------------------------------------------------- */
 
+void wfile_drop_locked(struct wtree *w, struct wnode *n)
+{
+	char path[WTREE_PATH_MAX + 2];
+	int rc = wdisk_remove_locked(w, n);
+
+	if (rc < 0 && wnode_path_locked(n, path, sizeof(path)) == 0)
+		log_warn("cache: removing .cache/%.400s from the store: %s", path, strerror(-rc));
+	w->bytes -= n->size;
+	w->files--;
+	wnode_detach_locked(w, n);
+}
+
 static void evict_locked(struct tree *t, struct wtree *w, struct wnode *n)
 {
 	char path[WTREE_PATH_MAX + 2];
@@ -32,14 +44,9 @@ static void evict_locked(struct tree *t, struct wtree *w, struct wnode *n)
 	(void)t;
 	if (wnode_path_locked(n, path, sizeof(path)) < 0)
 		strcpy(path, n->name);
-	int rc = wdisk_remove_locked(w, n);
-	if (rc < 0)
-		log_warn("cache: evicting %.400s: %s", path, strerror(-rc));
 	log_debug("cache: %.400s evicted (%llu bytes)", path, (unsigned long long)n->size);
-	w->bytes -= n->size;
-	w->files--;
 	counter_inc(&w->t->metrics.cache_evictions);
-	wnode_detach_locked(w, n);
+	wfile_drop_locked(w, n);
 }
 
 int wfile_make_room_locked(struct tree *t, struct wtree *w, uint64_t need)
@@ -570,10 +577,7 @@ static void damaged(struct tree *t, struct wnode *n, const char *why)
 		log_err("cache: .cache/%.400s %s in the store; dropped (a miss from now on)", path,
 			why);
 		counter_inc(&w->t->metrics.cache_damaged);
-		wdisk_remove_locked(w, n);
-		w->bytes -= n->size;
-		w->files--;
-		wnode_detach_locked(w, n);
+		wfile_drop_locked(w, n);
 	}
 	pthread_mutex_unlock(&w->mu);
 }

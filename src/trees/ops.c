@@ -212,6 +212,8 @@ static int lookup_remote(struct tree *t, struct wnode *dir, const char *name, st
 	if (rc < 0)
 		return rc;
 	rc = wcluster_fetch(w, path, &v);
+	if (rc == 0 && !wcluster_named(w, path))
+		wvalue_free(&v), rc = -ENOENT;
 	if (rc == 0) {
 		rc = wfile_adopt(t, dir, name, &v, out);
 		wvalue_free(&v);
@@ -296,15 +298,6 @@ int wtree_mkdir(struct tree *t, struct node *node, const char *name, struct node
 	return rc;
 }
 
-/* n (a committed file) leaves the tree and the store. */
-static void drop_file_locked(struct wtree *w, struct wnode *n)
-{
-	wdisk_remove_locked(w, n);
-	w->bytes -= n->size;
-	w->files--;
-	wnode_detach_locked(w, n);
-}
-
 /* A directory and everything under it leave the tree (the store's copy
  * is removed by the caller). */
 static void drop_nodes_locked(struct wtree *w, struct wnode *dir)
@@ -360,7 +353,7 @@ int wtree_unlink(struct tree *t, struct node *node, const char *name)
 	if (rc == 0)
 		rc = !n ? -ENOENT : n->dir ? -EISDIR : 0;
 	if (rc == 0)
-		drop_file_locked(w, n);
+		wfile_drop_locked(w, n);
 	pthread_mutex_unlock(&w->mu);
 	return rc;
 }
@@ -404,7 +397,7 @@ static int rename_onto_locked(struct wtree *w, struct wnode *src, struct wnode *
 		log_info("cache: rename onto .cache/%.400s, which holds other bytes: they stay",
 			 path);
 	}
-	drop_file_locked(w, src);
+	wfile_drop_locked(w, src);
 	return 0;
 }
 
@@ -474,7 +467,7 @@ static int rename_claim(struct tree *t, struct wnode *fdir, const char *from,
 		node_unref(&n->node, 1);
 		pthread_mutex_lock(&w->mu);
 		if (src->state == WNODE_LIVE && src->parent == fdir)
-			drop_file_locked(w, src);
+			wfile_drop_locked(w, src);
 		pthread_mutex_unlock(&w->mu);
 		counter_inc(&t->metrics.cache_collisions);
 		log_info("cache: .cache/%.400s was committed first by another node with other "

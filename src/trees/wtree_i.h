@@ -128,6 +128,9 @@ void wtree_describe_locked(const struct node *n, struct held_node *d);
 void wtree_redescribe(struct wtree *w, struct wnode *n);
 
 /* file.c */
+/* A committed file leaves the store, the tree's counts and its directory
+ * (unlink, eviction, a failed check, a dropped rename source). */
+void wfile_drop_locked(struct wtree *w, struct wnode *n);
 int wfile_create(struct tree *t, struct wnode *n, struct handle **h);
 int wfile_open(struct tree *t, struct wnode *n, struct handle **h);
 /* The temporary file of a handle wfile_create made. */
@@ -171,6 +174,10 @@ int wcluster_claim(struct wtree *w, const char *path, int fd, uint64_t size,
  * away here: a temporary name other nodes need not list); its value stays
  * until it expires. */
 void wcluster_forget(struct wtree *w, const char *path);
+/* Whether the cluster's set of path's directory names it: a committed
+ * entry. A file renamed away on its node left that set while its value
+ * stays until it expires; such a value is never taken for an entry. */
+bool wcluster_named(struct wtree *w, const char *path);
 /* The names of the directory at path in the cluster (those that are names
  * of the tree), at most max: 0 or -errno (*names: remote_members_free). */
 int wcluster_members(struct wtree *w, const char *path, size_t max, char ***names,

@@ -471,3 +471,46 @@ def test_a_file_committed_by_fsync_closes_cleanly_after_a_kill_9(mnt):
     mnt.wait_daemon_other_than(old)
     os.close(fd)  # the next daemon knows it was committed: 0
     assert read(os.path.join(d, "f")) == b"synced"
+
+
+def _churn(root, seed, names, q):
+    """Writes its own files into a full tree (evicting others') and reads
+    every name: each read is a miss or exactly one writer's bytes."""
+    bad = []
+    for rnd in range(15):
+        try:
+            write_atomic(os.path.join(root, f"w{seed}-{rnd}"), blob(seed * 100 + rnd, 9000),
+                         tmp_name=f".tmp.{os.getpid()}")
+        except OSError as e:
+            bad.append(f"write: {e}")
+        for name in names(rnd):
+            try:
+                with open(os.path.join(root, name), "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                continue  # evicted: a miss
+            s, r = (int(x) for x in name[1:].split("-"))
+            if data != blob(s * 100 + r, 9000):
+                bad.append(f"{name}: other bytes")
+    q.put(bad)
+
+
+def _names_so_far(rnd):
+    return [f"w{s}-{r}" for s in range(8) for r in range(max(0, rnd - 3), rnd + 1)]
+
+
+def test_eviction_beside_many_writers_and_readers(make_mount):
+    """8 processes fill a tree of 100 KiB with 9 KB files (15 each, so most
+    are evicted) while reading every name: no error, every byte read is its
+    writer's, and the tree's bytes stay within its capacity."""
+    m = make_mount(cache_capacity="100K")
+    root = m.path(CACHE, "churn")
+    os.mkdir(root)
+    out = run_processes(_churn, [(root, s, _names_so_far) for s in range(8)], timeout=240)
+    assert out == [[]] * 8
+    got = cache_metrics(m)
+    assert got["artfs_cache_bytes"] <= 100 * 1024 and got["artfs_cache_evictions_total"] > 0
+    assert [n for n in os.listdir(root) if n.startswith(".")] == []
+    for name in os.listdir(root):
+        s, r = (int(x) for x in name[1:].split("-"))
+        assert read(os.path.join(root, name)) == blob(s * 100 + r, 9000)

@@ -150,3 +150,38 @@ def test_a_directory_renamed_into_place_on_a_is_what_b_finds(nodes):
     for rel, data in files.items():
         assert read(b.path(CACHE, "deep_gemm", "kernel", *rel.split("/"))) == data, rel
     assert sorted(os.listdir(b.path(CACHE, "deep_gemm", "kernel"))) == ["k.cubin", "sub"]
+
+
+def _fetch_all(root, names, sizes, q):
+    """Reads every name (fetched from the cluster by whichever reader asks
+    first), comparing each byte; what went wrong, as a list."""
+    bad = []
+    for rnd in range(3):
+        for i, name in enumerate(names):
+            try:
+                data = read(os.path.join(root, name))
+            except OSError as e:
+                bad.append(f"{name}: {e}")
+                continue
+            if data != blob(100 + i, sizes[i]):
+                bad.append(f"{name}: other bytes")
+    q.put(bad)
+
+
+def test_many_readers_on_b_fetch_the_same_entries_at_once(nodes):
+    """8 processes on B read the same 12 files that A committed, all at
+    once: each is fetched, checked and kept once, and every reader gets
+    exactly A's bytes."""
+    from conftest import run_processes
+    a, b = nodes("a"), nodes("b")
+    os.makedirs(a.path(CACHE, "shared", "k"))
+    sizes = [1000 + 37_000 * i for i in range(12)]
+    names = [f"k/f{i}" for i in range(12)]
+    for i, name in enumerate(names):
+        write_atomic(a.path(CACHE, "shared", name), blob(100 + i, sizes[i]))
+    out = run_processes(_fetch_all, [(b.path(CACHE, "shared"), names, sizes)] * 8, timeout=240)
+    assert out == [[]] * 8
+    assert sorted(os.listdir(b.path(CACHE, "shared", "k"))) == sorted(f"f{i}" for i in range(12))
+    stored = os.listdir(os.path.join(b.store, "cache", "shared", "k"))
+    assert sorted(stored) == sorted(f"f{i}" for i in range(12))  # each kept once
+    assert b.metrics()["artfs_cache_remote_hits_total"] >= 12
