@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "lib/log.h"
+#include "lib/parallel.h"
 #include "lib/sha256.h"
 #include "state/ids.h"
 #include "trees/blocks.h"
@@ -32,7 +33,20 @@
  * bytes; past them the stream is not one of records (the batch ends). */
 #define WBLOCKS_LINE_MAX 4096
 
+/* Records a write completes are committed together, spread over a few
+ * threads (each costs a few system calls), at most this many at once. */
+#define WBLOCKS_PUT_GROUP 256
+#define WBLOCKS_PUT_PER_THREAD 8
+
 enum put_state { PUT_KEY, PUT_LEN, PUT_BODY, PUT_SKIP, PUT_DONE, PUT_DEAD };
+
+/* A record read whole, waiting for its commit (or its refusal: error). */
+struct precord {
+	char *key;               /* malloc'd, key_len bytes (printable or not) */
+	size_t key_len;
+	struct wvalue v;
+	int error;
+};
 
 struct wput {
 	struct handle h;
@@ -51,12 +65,15 @@ struct wput {
 	size_t lines_len, lines_cap;
 	int first_error;
 	uint64_t records;
+	struct precord *queue;   /* records read whole, not committed yet */
+	size_t nqueued, queue_cap;
+	struct tree *t;          /* for the commit threads */
 };
 
 /* A record's outcome: its result line, and the batch's errno if first. */
-static void line_add(struct wput *p, int rc)
+static void line_add(struct wput *p, const char *key, size_t key_len, int rc)
 {
-	size_t need = p->lines_len + p->key_len + 16;
+	size_t need = p->lines_len + key_len + 16;
 
 	if (rc && !p->first_error)
 		p->first_error = rc;
@@ -75,11 +92,11 @@ static void line_add(struct wput *p, int rc)
 		p->lines_cap = cap;
 	}
 	char *at = p->lines + p->lines_len;
-	for (size_t i = 0; i < p->key_len; i++) /* a bad key may hold anything */
-		at[i] = p->key[i] > ' ' && p->key[i] < 0x7f ? p->key[i] : '?';
-	if (!p->key_len)
+	for (size_t i = 0; i < key_len; i++) /* a bad key may hold anything */
+		at[i] = key[i] > ' ' && key[i] < 0x7f ? key[i] : '?';
+	if (!key_len)
 		at[0] = '-';
-	size_t klen = p->key_len ? p->key_len : 1;
+	size_t klen = key_len ? key_len : 1;
 	p->lines_len += klen + (size_t)snprintf(at + klen, 16, " %s\n", errno_name(-rc));
 }
 
@@ -92,20 +109,86 @@ static void record_reset(struct wput *p)
 	p->state = PUT_KEY;
 }
 
-static void record_commit(struct tree *t, struct wput *p)
+static int record_commit(struct tree *t, const char *key, size_t key_len, struct wvalue *v)
 {
-	struct wtree *bt = t->blocks;
-
-	sha256_once(p->v.val + 32, p->v.size, p->v.val);
-	int rc = wblocks_place(t, bt, p->key, p->key_len, &p->v, false, NULL);
+	sha256_once(v->val + 32, v->size, v->val);
+	int rc = wblocks_place(t, t->blocks, key, key_len, v, false, NULL);
 	if (rc == -ENAMETOOLONG)
 		rc = -EINVAL;
 	else if (rc < 0 && rc != -EEXIST && rc != -ENOSPC && rc != -ENOMEM)
 		rc = -EIO;
 	if (rc < 0 && rc != -ENOSPC)
-		log_warn("put .blocks: %.*s: %s", (int)p->key_len, p->key, strerror(-rc));
-	line_add(p, rc);
+		log_warn("put .blocks: %.*s: %s", (int)key_len, key, strerror(-rc));
+	return rc;
+}
+
+static void commit_one(void *ctx, size_t i)
+{
+	struct wput *p = ctx;
+	struct precord *r = &p->queue[i];
+
+	if (!r->error)
+		r->error = record_commit(p->t, r->key, r->key_len, &r->v);
+}
+
+/* Whether two queued records name one key: then they commit one after
+ * the other, in order (the first stays), not side by side. */
+static bool queue_repeats(const struct wput *p)
+{
+	for (size_t i = 1; i < p->nqueued; i++)
+		for (size_t j = 0; j < i; j++)
+			if (p->queue[i].key_len == p->queue[j].key_len &&
+			    memcmp(p->queue[i].key, p->queue[j].key, p->queue[i].key_len) == 0)
+				return true;
+	return false;
+}
+
+/* The queued records committed (or refused), their lines in order. */
+static void queue_flush(struct wput *p)
+{
+	if (!p->nqueued)
+		return;
+	if (p->nqueued > 1 && !queue_repeats(p))
+		parallel_for(p->nqueued, WBLOCKS_PUT_PER_THREAD, PARALLEL_THREADS_MAX, commit_one, p);
+	else
+		for (size_t i = 0; i < p->nqueued; i++)
+			commit_one(p, i);
+	for (size_t i = 0; i < p->nqueued; i++) {
+		struct precord *r = &p->queue[i];
+		line_add(p, r->key, r->key_len, r->error);
+		free(r->key);
+		wvalue_free(&r->v);
+	}
+	p->nqueued = 0;
+}
+
+/* The record just read whole (its body, or its refusal) joins the queue. */
+static void record_end(struct wput *p, int error)
+{
+	if (p->nqueued == p->queue_cap) {
+		size_t cap = p->queue_cap ? p->queue_cap * 2 : 16;
+		struct precord *grown = realloc(p->queue, cap * sizeof(*grown));
+		if (!grown) {
+			error = error ? error : -ENOMEM;
+			line_add(p, p->key, p->key_len, error);
+			record_reset(p);
+			return;
+		}
+		p->queue = grown;
+		p->queue_cap = cap;
+	}
+	struct precord *r = &p->queue[p->nqueued];
+	r->key = malloc(p->key_len + 1);
+	r->key_len = p->key_len;
+	r->error = r->key ? error : -ENOMEM;
+	r->v = p->v;
+	p->v = (struct wvalue){ 0 };
+	if (r->key)
+		memcpy(r->key, p->key, p->key_len);
+	p->nqueued++;
 	record_reset(p);
+	if (p->nqueued == WBLOCKS_PUT_GROUP)
+		queue_flush(p);
 }
 
 /* The key line's bytes up to its '\n'; the bytes taken. */
@@ -175,13 +258,10 @@ static int consume(struct tree *t, struct wput *p, const uint8_t *buf, size_t le
 		buf += n;
 		len -= n;
 		/* A body complete (also one of no bytes) ends its record. */
-		if (p->state == PUT_BODY && p->body_have == p->body_len)
-			record_commit(t, p);
-		else if (p->state == PUT_SKIP && p->body_have == p->body_len) {
-			line_add(p, p->record_error);
-			record_reset(p);
-		}
+		if ((p->state == PUT_BODY || p->state == PUT_SKIP) && p->body_have == p->body_len)
+			record_end(p, p->state == PUT_SKIP ? p->record_error : 0);
 	}
+	queue_flush(p);
 	return p->state == PUT_DEAD ? -EBADMSG : 0;
 }
 
@@ -222,7 +302,7 @@ static int put_end(struct wput *p)
 	if (cut) {
 		log_warn("put .blocks: record %llu (%.*s) cut short; nothing of it committed",
 			 (unsigned long long)p->records, (int)p->key_len, p->key);
-		line_add(p, -EBADMSG);
+		line_add(p, p->key, p->key_len, -EBADMSG);
 	}
 	record_reset(p);
 	p->state = PUT_DONE;
@@ -280,6 +360,7 @@ static void put_release(struct tree *t, struct handle *h)
 
 	(void)t;
 	wvalue_free(&p->v);
+	free(p->queue); /* empty: every write flushes it */
 	free(p->lines);
 	pthread_mutex_destroy(&p->mu);
 	free(p);
@@ -314,11 +395,11 @@ int wblocks_put_open(struct tree *t, struct handle **h, struct open_reply *r)
 {
 	struct wput *p = calloc(1, sizeof(*p));
 
-	(void)t;
 	if (!p)
 		return -ENOMEM;
 	handle_init(&p->h, &put_ops);
 	pthread_mutex_init(&p->mu, NULL);
+	p->t = t;
 	p->state = PUT_KEY;
 	r->direct_io = true; /* what is read is not what was written */
 	*h = &p->h;

@@ -269,17 +269,18 @@ int wdisk_rename_locked(struct wtree *w, struct wnode *n, struct wnode *to_dir, 
 
 int wdisk_link_locked(struct wtree *w, struct wnode *n, struct store_tmp *tmp)
 {
-	int dirfd = dir_open_locked(w, n->parent);
+	char path[WTREE_PATH_MAX + 2];
 	struct stat st;
+	int rc = wnode_path_locked(n, path, sizeof(path));
 
-	if (dirfd < 0)
-		return dirfd;
-	int rc = store_tmp_link(dirfd, false, tmp, n->name);
+	/* By its path below the root: no directory opened per file (.blocks/
+	 * links thousands a second). */
+	if (rc == 0)
+		rc = store_tmp_link(w->root_fd, false, tmp, path);
 	if (rc == -EEXIST) { /* a file the tree does not know of (not one it indexed) */
-		unlinkat(dirfd, n->name, 0);
-		rc = store_tmp_link(dirfd, false, tmp, n->name);
+		unlinkat(w->root_fd, path, 0);
+		rc = store_tmp_link(w->root_fd, false, tmp, path);
 	}
-	close(dirfd);
 	if (rc == 0 && fstat(tmp->fd, &st) == 0) {
 		wnode_ino_set_locked(w, n, st.st_ino);
 		n->checked_mtime = st.st_mtim;
