@@ -238,6 +238,8 @@ static int lookup_remote(struct tree *t, struct wnode *dir, const char *name, st
 	}
 	if (rc != -ENOENT) /* unreachable: asking again for the directory waits again */
 		return rc == -EBADMSG ? -ENOENT : -EIO;
+	if (!w->p->renames) /* .blocks/: a directory is named in its parent's set */
+		return wcluster_named(w, path) ? wdir_make(w, dir, name, out) : -ENOENT;
 	rc = wcluster_members(w, path, 1, &names, &count);
 	remote_members_free(names, count);
 	if (rc < 0 || count == 0)
