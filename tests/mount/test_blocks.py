@@ -90,6 +90,9 @@ def blocks_metrics(m):
 def test_put_then_get_and_cat_give_the_raw_bytes(mnt):
     assert BLOCKS in os.listdir(mnt.mountpoint)
     assert sorted(os.listdir(mnt.path(BLOCKS))) == [".get", ".put"]
+    # Who may create files may put (as .keys/.put); every user may get.
+    assert os.stat(mnt.path(BLOCKS, ".put")).st_mode & 0o777 == 0o644
+    assert os.stat(mnt.path(BLOCKS, ".get")).st_mode & 0o777 == 0o666
     pairs = [(key(i, ns=str(i % 2)), block(i)) for i in range(8)]
     pairs.append(("r3-tail:" + "ab" * 32, block(99, 5 * 48 * 8)))  # a tail at the top
     rc, lines = put(mnt, pairs)
