@@ -28,48 +28,6 @@
 #include "trees/blocks.h"
 #include "trees/names.h"
 
-#define WBLOCKS_LINES_MAX (16u << 20) /* bytes of result lines one batch keeps */
-/* A key line longer than a key is that record's EINVAL up to this many
- * bytes; past them the stream is not one of records (the batch ends). */
-#define WBLOCKS_LINE_MAX 4096
-
-/* Records a write completes are committed together, spread over a few
- * threads (each costs a few system calls), at most this many at once. */
-#define WBLOCKS_PUT_GROUP 256
-#define WBLOCKS_PUT_PER_THREAD 8
-
-enum put_state { PUT_KEY, PUT_LEN, PUT_BODY, PUT_SKIP, PUT_DONE, PUT_DEAD };
-
-/* A record read whole, waiting for its commit (or its refusal: error). */
-struct precord {
-	char *key;               /* malloc'd, key_len bytes (printable or not) */
-	size_t key_len;
-	struct wvalue v;
-	int error;
-};
-
-struct wput {
-	struct handle h;
-	pthread_mutex_t mu;
-	enum put_state state;
-	uint64_t received;       /* bytes of the stream */
-	uint64_t owner;          /* the file table that writes */
-	char key[WBLOCKS_LINE_MAX];
-	size_t key_len;
-	uint8_t len_buf[8];
-	size_t len_have;
-	uint64_t body_len, body_have;
-	struct wvalue v;         /* SHA-256, then the body */
-	int record_error;        /* decided before its body: EINVAL, EFBIG */
-	char *lines;
-	size_t lines_len, lines_cap;
-	int first_error;
-	uint64_t records;
-	struct precord *queue;   /* records read whole, not committed yet */
-	size_t nqueued, queue_cap;
-	struct tree *t;          /* for the commit threads */
-};
-
 /* A record's outcome: its result line, and the batch's errno if first. */
 static void line_add(struct wput *p, const char *key, size_t key_len, int rc)
 {
@@ -232,7 +190,7 @@ static void take_len(struct tree *t, struct wput *p, const uint8_t *buf, size_t 
 	p->state = p->record_error ? PUT_SKIP : PUT_BODY;
 }
 
-static int consume(struct tree *t, struct wput *p, const uint8_t *buf, size_t len)
+int wblocks_put_consume(struct tree *t, struct wput *p, const uint8_t *buf, size_t len)
 {
 	while (len && p->state != PUT_DEAD) {
 		size_t n = len;
@@ -283,7 +241,7 @@ static int put_write(struct tree *t, struct handle *h, uint64_t off, const void 
 			revive_note(t, h, REVIVE_BUSY);
 			p->owner = owner;
 		}
-		rc = consume(t, p, buf, len);
+		rc = wblocks_put_consume(t, p, buf, len);
 		p->received += len;
 	}
 	pthread_mutex_unlock(&p->mu);
@@ -379,6 +337,7 @@ static bool write_never_quick(struct tree *t, struct handle *h, size_t len)
 }
 
 static const struct handle_ops put_ops = {
+	.hand_over = wblocks_put_hand_over,
 	.kind = "blocks put",
 	.held_kind = HANDLE_BLOCKS_PUT,
 	.read = put_read,
@@ -390,6 +349,26 @@ static const struct handle_ops put_ops = {
 	.write_quick = write_never_quick,
 	.flush_quick = never_quick,
 };
+
+int wblocks_put_resume(struct tree *t, const uint8_t *text, size_t len, struct handle **h)
+{
+	struct open_reply r = { 0 };
+	int rc = wblocks_put_open(t, h, &r);
+
+	if (rc < 0)
+		return rc;
+	struct wput *p = (struct wput *)*h;
+	pthread_mutex_lock(&p->mu);
+	rc = wblocks_put_restore(t, p, text, len);
+	pthread_mutex_unlock(&p->mu);
+	if (rc < 0) {
+		log_warn("put .blocks: the batch a drained daemon handed over cannot go on (%s)",
+			 strerror(-rc));
+		put_release(t, *h);
+		*h = NULL;
+	}
+	return rc;
+}
 
 int wblocks_put_open(struct tree *t, struct handle **h, struct open_reply *r)
 {
