@@ -51,8 +51,12 @@ struct wput {
 	struct tree *t;          /* for the commit threads */
 };
 
-/* blocks_put.c: the batch's bytes read on (records committed as they end). */
+/* blocks_put_records.c: the batch's bytes read on (records committed as
+ * they end, each one's line added); a record's line (and the batch's
+ * errno, if first); the record in progress forgotten. */
 int wblocks_put_consume(struct tree *t, struct wput *p, const uint8_t *buf, size_t len);
+void wblocks_put_line(struct wput *p, const char *key, size_t key_len, int rc);
+void wblocks_put_reset(struct wput *p);
 /* blocks_put_handover.c: an upgrade's drained daemon hands an open batch
  * over in its handle's record; the next daemon goes on with it. */
 void wblocks_put_hand_over(struct tree *t, struct handle *h);

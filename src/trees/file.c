@@ -63,7 +63,8 @@ int wfile_make_room_locked(struct tree *t, struct wtree *w, uint64_t need)
 		return w->p->evict ? -ENOSPC : refuse_locked(w);
 	while (w->bytes + w->reserved + need > w->capacity) {
 		struct wnode *n = w->lru.lru_next;
-		if (!w->p->evict && !(w->ttl && wblocks_collect_locked(w, clock_now())))
+		if (!w->p->evict && !(w->ttl && w->p->collect_locked &&
+				      w->p->collect_locked(w, clock_now())))
 			return refuse_locked(w);
 		if (!w->p->evict)
 			continue; /* collected: look again */
