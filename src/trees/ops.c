@@ -420,8 +420,8 @@ static int rename_onto_locked(struct wtree *w, struct wnode *src, struct wnode *
 		counter_inc(w->c.collisions);
 		if (wnode_path_locked(dst, path, sizeof(path)) < 0)
 			strcpy(path, dst->name);
-		log_info("%s: rename onto %s/%.400s, which holds other bytes: they stay", w->p->label, w->p->mount_name,
-			 path);
+		log_info("%s: rename onto %s/%.400s, which holds other bytes: they stay",
+			 w->p->label, w->p->mount_name, path);
 	}
 	wfile_drop_locked(w, src);
 	return 0;
