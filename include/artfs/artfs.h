@@ -83,6 +83,7 @@
 #define ARTFS_ATTACH_TOKEN_SIZE    32
 #define ARTFS_ATTACH_SOCKET        "attach"  /* <mnt>/.artfs/attach */
 #define ARTFS_SLABS_MAGIC          0x534c5441u  /* "ATLS" */
+#define ARTFS_LAYOUT_SIZE          32    /* SHA-256 of a rank's layout */
 
 /* What a checkpoint on a device is; every field must match for an attach. */
 struct artfs_fingerprint {
@@ -110,7 +111,10 @@ struct artfs_attach {
 	uint64_t total_bytes;            /* bytes of tensor data of this rank */
 	uint64_t slab_size[ARTFS_SLABS_MAX]; /* bytes, multiples of ARTFS_SLAB_ALIGN */
 	uint8_t token[ARTFS_ATTACH_TOKEN_SIZE]; /* for .artfs/attach */
-	uint64_t reserved[4];
+	uint8_t layout[ARTFS_LAYOUT_SIZE]; /* the slab's layout digest (manifest.json's
+	                                    * ranks[k].layout); 0s from a daemon before
+	                                    * layouts: no flip in place (artfs 0.1.0's
+	                                    * reserved[4], which it zeroed) */
 };
 
 /* On .artfs/attach (SOCK_SEQPACKET): one request, one reply, per connection. */

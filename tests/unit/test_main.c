@@ -40,6 +40,7 @@ int main(void)
 	srunner_add_suite(sr, held_suite());
 	srunner_add_suite(sr, attach_suite());
 	srunner_add_suite(sr, lifeline_suite());
+	srunner_add_suite(sr, layout_suite());
 	log_init(0, 0);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
