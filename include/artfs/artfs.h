@@ -60,6 +60,15 @@
  *     -ESTALE     the weights were unloaded since
  *     -EPROTO     not a request of this wire
  *
+ * The reply's layout is the digest of the rank's layout (manifest.json's
+ * ranks[k].layout): the same tensors (names, dtypes, shapes, ties) lie at
+ * the same offsets in every version, loaded or published. An engine that
+ * mapped the slabs into an address range of its own can map another
+ * version of the same layout there (flip in place, DESIGN.md §4.3): it
+ * needs nothing of the daemon but this attach, and compares the layout
+ * before it fetches a descriptor (libartfs: artfs_weights_flip, EXDEV for
+ * another layout).
+ *
  * The memory outlives the daemon that loaded it (DESIGN.md §8): the daemon's
  * holder keeps a descriptor of every slab, an engine's mapping stays valid
  * across a crash or an upgrade of the daemon, and the next daemon serves
