@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* flip_bench: libartfs's flip in place on a GPU (issue #38), timed.
  *
- *   flip_bench <mount> <checkpoint-dir> <wv1> <wv2> <wv-other> [flips]
+ *   flip_bench <mount> <checkpoint-dir> <wv1> <wv2> <wv-other> <its-dir> [flips]
  *
  * Attaches wv1 in place (a range reserved by libartfs), prints the first
  * tensor's address and the sum of its bytes, flips to wv2 and back `flips`
@@ -50,12 +50,14 @@ int main(int argc, char **argv)
 	struct artfs_fingerprint fp;
 	struct artfs_weights *w;
 
-	if (argc < 6) {
-		fprintf(stderr, "usage: flip_bench <mount> <checkpoint-dir> <wv1> <wv2> <wv-other> [flips]\n");
+	if (argc < 7) {
+		fprintf(stderr, "usage: flip_bench <mount> <checkpoint-dir> <wv1> <wv2> <wv-other> <its-dir> "
+			"[flips]\n");
 		return 2;
 	}
 	const char *mount = argv[1], *ckpt = argv[2], *v[2] = { argv[3], argv[4] }, *other = argv[5];
-	int flips = argc > 6 ? atoi(argv[6]) : 20;
+	int flips = argc > 7 ? atoi(argv[7]) : 20;
+	struct artfs_fingerprint ofp;
 	if (cudaSetDevice(0) != cudaSuccess || cudaFree(0) != cudaSuccess) {
 		fprintf(stderr, "no CUDA device\n");
 		return 1;
@@ -87,7 +89,9 @@ int main(int argc, char **argv)
 	}
 	printf("TIMES %d flips, best %.3f ms, mean %.3f ms, same address %d\n", flips, best * 1e3,
 	       total / flips * 1e3, artfs_weights_tensor(w, 0)->data == at);
-	rc = artfs_weights_flip(w, other, &fp, err, sizeof(err));
+	rc = artfs_fingerprint(argv[6], 1, 0, 0, &ofp, err, sizeof(err));
+	if (rc == 0)
+		rc = artfs_weights_flip(w, other, &ofp, err, sizeof(err));
 	printf("OTHER %d %s\n", -rc, err);
 	printf("INTACT %llu\n", byte_sum(artfs_weights_tensor(w, 0)));
 	artfs_weights_detach(w);

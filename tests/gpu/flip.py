@@ -163,6 +163,7 @@ def engine(mount, holder, ctl, a, b, a2, other):
     g.replay()
     torch.cuda.synchronize()
     live = time.perf_counter() - t0
+    alloc1 = torch.cuda.memory_allocated()
     sampling[0] = False
     th.join()
     time.sleep(0.5)
@@ -174,7 +175,7 @@ def engine(mount, holder, ctl, a, b, a2, other):
            eager_is_trainer=torch.equal(eager_b, refs[b]), differs_from_a=not torch.equal(out, eager_a),
            same_ptrs=same_ptrs,
            extra_during_mib=(free0 - low[0]) / MIB, freed_mib=(free1 - free0) / MIB, slab_mib=slab / MIB,
-           smi_freed_mib=smi0 - smi1, allocated_delta=torch.cuda.memory_allocated() - alloc0)
+           smi_freed_mib=smi0 - smi1, allocated_delta=alloc1 - alloc0)
 
     # 100 flips B <-> A2 while another thread replays the graph.
     lock = threading.Lock()

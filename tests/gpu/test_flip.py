@@ -88,7 +88,7 @@ def test_libartfs_flip(daemon, tmp_path):
         dirs[wv] = (str(d), t)
         artfsctl("load", wv, str(d), "--gpus", "0")
     r = subprocess.run([os.path.join(BUILD, "flip_bench"), MOUNT, dirs["fc-1"][0], "fc-1", "fc-2",
-                        "fc-o", "20"], capture_output=True, text=True)
+                        "fc-o", dirs["fc-o"][0], "20"], capture_output=True, text=True)
     print(r.stdout, r.stderr)
     assert r.returncode == 0, r.stderr
     lines = {ln.split()[0]: ln.split()[1:] for ln in r.stdout.splitlines()}
