@@ -5,6 +5,7 @@
 #include "autoconf.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "gpu/client/client_i.h"
