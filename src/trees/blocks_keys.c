@@ -111,8 +111,9 @@ int wblocks_place(struct tree *t, struct wtree *w, const char *key, size_t len,
 	struct wnode *dir = NULL, *n = NULL;
 	uint64_t size;
 
-	if ((len == 4 && (memcmp(key, ".put", 4) == 0 || memcmp(key, ".get", 4) == 0)))
-		return -EEXIST; /* the batch files' names, no key's */
+	if (len >= 4 && (memcmp(key, ".put", 4) == 0 || memcmp(key, ".get", 4) == 0) &&
+	    (len == 4 || key[4] == '/'))
+		return -EEXIST; /* the batch files' names, no key's (nor a directory's) */
 	if ((n = wblocks_find(w, key, len, &size))) { /* held here: no cluster round */
 		first_stays(w, n, key, len, v);
 		goto done;

@@ -164,8 +164,9 @@ def test_bad_keys_are_refused_and_the_rest_of_the_batch_commits(mnt):
             os.mkdir(mnt.path(BLOCKS, name))
         assert e.value.errno == errno.EINVAL, name
     # .put and .get are not keys.
-    rc, lines = put(mnt, [(".put", b"x"), (".get", b"y")])
-    assert rc == errno.EEXIST and [s for _, s in lines] == ["EEXIST", "EEXIST"]
+    rc, lines = put(mnt, [(".put", b"x"), (".get", b"y"), (".put/x", b"z"), (".get/y/z", b"w")])
+    assert rc == errno.EEXIST and [s for _, s in lines] == ["EEXIST"] * 4
+    assert sorted(os.listdir(mnt.path(BLOCKS))) == [".get", ".put", "a" * 255, "vllm-artifact"]
 
 
 def test_a_key_line_too_long_ends_the_batch(mnt):
