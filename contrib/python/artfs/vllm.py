@@ -33,8 +33,10 @@ remote=, on another node:
     store.get_concatenated([key, ...])                 # the blocks back to back
     get_concatenated(keys)                             # the same, for a trainer
 
-Every failure is vLLM's BlockObjectStoreError (a same-named class of this
-module without vLLM); the daemon's OSError is its __cause__.
+A refusal, a missing or damaged block and a failure of the mount are
+vLLM's BlockObjectStoreError (a same-named class of this module without
+vLLM), the daemon's OSError its __cause__; as in vLLM, a payload of the
+wrong size is a ValueError and a call after close() a RuntimeError.
 
 register() is the vllm.general_plugins entry point: where an artfs mount is
 present it makes vLLM's artifact connector use these classes instead of its
