@@ -179,13 +179,13 @@ def test_same_named_classes_without_vllm():
 
 @pytest.mark.parametrize("key", [
     "vllm-artifact/0/" + HEX64, "vllm-artifact/1/" + HEX64, "r3-tail:" + HEX64[:32], "a",
-    "A.b:c-d/e_f", "x" * 512, "/".join(["ab"] * 100) + "/c", "..a/b..", ".hidden/x", "a/.put"])
+    "A.b:c-d/e_f", "x" * 255 + "/" + "y" * 254 + "/z", "x" * 255, "/".join(["ab"] * 100) + "/c", "..a/b..", ".hidden/x", "a/.put"])
 def test_keys_that_name_a_block(key):
     assert blocks.key_problem(key) is None
 
 
 @pytest.mark.parametrize("key", [
-    "", "x" * 513, "a//b", "/a", "a/", "a/./b", "./a", "../a", "a/..", "a b", "a\nb",
+    "", "x" * 256, "a/" + "x" * 256, "x" * 255 + "/" + "y" * 255 + "/z", "a//b", "/a", "a/", "a/./b", "./a", "../a", "a/..", "a b", "a\nb",
     "caf\u00e9", "a\x00b", b"vllm-artifact/0/00", None, 7, ".put", ".get", ".get/x"])
 def test_keys_that_do_not(key):
     assert blocks.key_problem(key)
@@ -412,7 +412,7 @@ def test_a_damaged_block_fails_closed(bmnt):
 def test_bad_keys_are_refused_and_nothing_of_the_put_lands(bmnt):
     store = ArtfsBlockObjectStore(mount=bmnt.mountpoint)
     good = "vllm-artifact/0/" + "cc" * 32
-    for bad in ("vllm-artifact/../x", "vllm-artifact//x", "a b", "x" * 513, ""):
+    for bad in ("vllm-artifact/../x", "vllm-artifact//x", "a b", "x" * 256, ""):
         with pytest.raises(BlockObjectStoreError, match="cannot be stored"):
             store.put([BlockObject(good, b"g"), BlockObject(bad, b"b")])
         with pytest.raises(BlockObjectStoreError, match="does not exist"):
@@ -478,6 +478,17 @@ def test_the_first_block_under_a_key_stays(bmnt):
     store.put([BlockObject(twice, b"X" * 64), BlockObject(key, b"C" * 64),
                BlockObject(twice, b"Y" * 64)])
     assert store.get_concatenated([twice, key]) == b"Y" * 64 + b"A" * 64
+
+
+def test_a_key_where_another_keys_directory_is_refused(bmnt):
+    store = ArtfsBlockObjectStore(mount=bmnt.mountpoint)
+    store.put([BlockObject("r3/a", b"1"), BlockObject("r3/b/c", b"2")])
+    for key in ("r3/a/x", "r3/b"):
+        with pytest.raises(BlockObjectStoreError, match="collides") as e:
+            store.put([BlockObject(key, b"3"), BlockObject("r3/d", b"4")])
+        assert e.value.__cause__.errno == errno.EEXIST
+        assert "1 of 2 blocks refused" in str(e.value)
+    assert store.get_concatenated(["r3/a", "r3/b/c", "r3/d"]) == b"124"
 
 
 def test_a_tail_shorter_than_a_block_and_retain_release(bmnt):

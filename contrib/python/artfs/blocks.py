@@ -30,6 +30,8 @@ Payload = Union[bytes, bytearray, memoryview]
 
 KEY_MAX = 512
 """Bytes of a key at most."""
+SEGMENT_MAX = 255
+"""Bytes of a segment at most (it is a file name)."""
 
 _SEGMENT = r"[A-Za-z0-9._:-]+"
 _KEY = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})*")
@@ -42,8 +44,8 @@ _STATUS_MAX = 10
 
 def key_problem(key: object) -> str | None:
     """Why key cannot name a block (None when it can): 1-512 bytes of
-    [A-Za-z0-9._:-] segments joined by "/", none empty, "." or "..", and
-    not a name of the transaction files."""
+    [A-Za-z0-9._:-] segments joined by "/", none empty, "." or "..", none
+    over 255 bytes, and not under a name of the transaction files."""
     if not isinstance(key, str):
         return f"a key is a str, not {type(key).__name__}"
     if not 0 < len(key) <= KEY_MAX:
@@ -53,6 +55,8 @@ def key_problem(key: object) -> str | None:
     segments = key.split("/")
     if "." in segments or ".." in segments:
         return "no segment of a key is \".\" or \"..\""
+    if max(map(len, segments)) > SEGMENT_MAX:
+        return f"a segment of a key is 1 to {SEGMENT_MAX} bytes"
     if segments[0] in _RESERVED:
         return f"\".blocks/{segments[0]}\" is a transaction file, not a key"
     return None
@@ -93,10 +97,12 @@ def put(records: Sequence[tuple[str, Payload]], mount: str | None = None) -> lis
 
     Returns one errno per record, in order: 0 when it committed or its
     key was there already (the first block put under a key stays, whatever
-    this one holds), else ENOSPC (blocks_capacity= is full), EFBIG, EBADMSG,
-    EINVAL or EIO (the cluster, with remote=). Each record commits or fails
-    on its own. Keys are checked first (ValueError; nothing is sent). A
-    failure of the transaction itself raises OSError."""
+    this one holds), else ENOSPC (blocks_capacity= is full), EFBIG,
+    EBADMSG, EINVAL, EEXIST (a block lies where the key's directory would,
+    or the reverse) or EIO (the cluster, with remote=). Each record
+    commits or fails on its own. Keys are checked first (ValueError;
+    nothing is sent). A failure of the transaction itself raises
+    OSError."""
     if not records:
         return []
     keys = [key for key, _payload in records]
@@ -125,7 +131,7 @@ def put(records: Sequence[tuple[str, Payload]], mount: str | None = None) -> lis
     except OSError as e:
         closed = e.errno or errno.EIO  # the errno of the first failing record
     codes = _parse_results(text, keys, path)
-    if closed and not any(c not in (0, errno.EEXIST) for c in codes):
+    if closed and not any(codes):
         raise _error(closed, what, path)  # the transaction failed, not a record
     return codes
 

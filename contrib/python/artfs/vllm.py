@@ -236,6 +236,8 @@ _BLOCK_MEANINGS = {
     errno.EBADMSG: "artfs refused a malformed auxiliary output record",
     errno.EINVAL: "artfs refused a malformed auxiliary output record",
     errno.EACCES: "this user may not put blocks on the artfs mount (its mode bits say no)",
+    errno.EEXIST: "auxiliary output key collides with another's path in artfs (a block "
+                  "where its directory would be, or the reverse)",
 }
 # A .get's answer over materialize_max= (EFBIG is also a put's too-large block).
 _GET_TOO_LARGE = "auxiliary output request is larger than artfs answers at once " \
@@ -351,8 +353,7 @@ class ArtfsBlockObjectStore:
             if e.errno == errno.ENOENT and not os.path.isdir(os.path.join(self.mount, ".blocks")):
                 raise _no_blocks(self.mount) from e
             raise _block_error(e.errno or errno.EIO, str(e)) from e
-        failed = [(key, code) for (key, _), code in zip(records, codes)
-                  if code not in (0, errno.EEXIST)]
+        failed = [(key, code) for (key, _), code in zip(records, codes) if code]
         if failed:
             key, code = failed[0]
             cause = OSError(code, os.strerror(code), os.path.join(self.mount, ".blocks", ".put"))
