@@ -200,7 +200,8 @@ int tree_setattr(struct tree *t, struct node *n, unsigned to_set, const struct s
 		 struct stat *out, double *timeout)
 {
 	bool command_file = n->type == NODE_MATERIALIZE || n->type == NODE_PUT ||
-			    n->type == NODE_GET ||
+			    n->type == NODE_GET || n->type == NODE_BLOCKS_PUT ||
+			    n->type == NODE_BLOCKS_GET ||
 			    (n->type == NODE_INFO_FILE && n->sub == INFO_CONTROL);
 	if (command_file && to_set == TREE_SET_SIZE && in->st_size == 0)
 		return tree_getattr(t, n, out, timeout); /* open(O_TRUNC): nothing to cut */

@@ -231,6 +231,16 @@ int files_open_get(struct tree *t, struct node *n, int flags, struct handle **h,
 	return get_open(t, h, r);
 }
 
+/* .blocks/.put and .blocks/.get (src/trees/). */
+int files_open_blocks_batch(struct tree *t, struct node *n, int flags, struct handle **h,
+			    struct open_reply *r)
+{
+	(void)flags;
+	if (!t->blocks)
+		return -ENOENT;
+	return n == &t->blocks_put ? wblocks_put_open(t, h, r) : wblocks_get_open(t, h, r);
+}
+
 /* ---- the tree's calls ------------------------------------------------------- */
 
 int files_open_node(struct tree *t, struct node *n, int flags, struct handle **h,

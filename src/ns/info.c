@@ -69,7 +69,9 @@ static char *render_metrics(struct tree *t)
 	g.daemon_pid = (uint64_t)getpid();
 	g.daemon_generation = atomic_load(&t->held.hdr->generation);
 	if (t->cache)
-		wtree_gauges(t, &g.cache_bytes, &g.cache_files, &g.cache_capacity);
+		wtree_gauges(t->cache, &g.cache_bytes, &g.cache_files, &g.cache_capacity);
+	if (t->blocks)
+		wtree_gauges(t->blocks, &g.blocks_bytes, &g.blocks_files, &g.blocks_capacity);
 	char *text = metrics_render(&t->metrics, &g);
 	free(g.per_version);
 	if (!text || !t->remote)

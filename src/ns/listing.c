@@ -108,9 +108,14 @@ void listing_root(struct tree *t, struct node *dir, struct listing *l)
 	add(l, ARTFS_INFO_DIR, node_id(t, &t->info_dir), DT_DIR);
 	add(l, ARTFS_KEYS_DIR, node_id(t, &t->keys_dir), DT_DIR);
 	if (t->cache) {
-		struct node *cache = wtree_root(t);
+		struct node *cache = wtree_root(t->cache);
 		add(l, WTREE_MOUNT_NAME, node_id(t, cache), DT_DIR);
 		node_unref(cache, 1);
+	}
+	if (t->blocks) {
+		struct node *blocks = wtree_root(t->blocks);
+		add(l, WBLOCKS_MOUNT_NAME, node_id(t, blocks), DT_DIR);
+		node_unref(blocks, 1);
 	}
 	pthread_mutex_lock(&t->lock);
 	index_each_version(&t->idx, add_version, l);
@@ -229,5 +234,9 @@ static const struct handle_ops listing_ops = {
 
 void listing_cache_dir(struct tree *t, struct node *dir, struct listing *l)
 {
+	if (wtree_is_blocks_root(dir)) {
+		add(l, ".put", node_id(t, &t->blocks_put), DT_REG);
+		add(l, ".get", node_id(t, &t->blocks_get), DT_REG);
+	}
 	wtree_list(t, dir, add_named, l);
 }

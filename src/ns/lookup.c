@@ -91,7 +91,9 @@ int lookup_in_root(struct tree *t, struct node *dir, const char *name, struct tr
 		return lookup_positive(t, &t->keys_dir, e);
 	}
 	if (strcmp(name, WTREE_MOUNT_NAME) == 0 && t->cache)
-		return lookup_positive(t, wtree_root(t), e);
+		return lookup_positive(t, wtree_root(t->cache), e);
+	if (strcmp(name, WBLOCKS_MOUNT_NAME) == 0 && t->blocks)
+		return lookup_positive(t, wtree_root(t->blocks), e);
 	if (!key_version_name_valid(name))
 		return negative(e, CACHE_FOREVER); /* can never exist */
 	struct version *v = version_find(t, name);
@@ -257,6 +259,12 @@ struct node *tree_node(struct tree *t, uint64_t id)
 int lookup_in_cache_dir(struct tree *t, struct node *dir, const char *name, struct tree_entry *e)
 {
 	struct node *n;
+
+	if (wtree_is_blocks_root(dir) && (strcmp(name, ".put") == 0 || strcmp(name, ".get") == 0)) {
+		n = name[1] == 'p' ? &t->blocks_put : &t->blocks_get;
+		node_ref(n);
+		return lookup_positive(t, n, e);
+	}
 	int rc = wtree_lookup(t, dir, name, &n);
 
 	if (rc == -ENOENT)

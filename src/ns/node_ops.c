@@ -88,7 +88,15 @@ static const struct node_ops kinds[] = {
 		.list = listing_cache_dir,
 		.revive = wtree_revive,
 	},
-	[NODE_CACHE_FILE] = { /* a file under .cache */
+	[NODE_BLOCKS_PUT] = { /* .blocks/.put */
+		.getattr = attr_get,
+		.open = files_open_blocks_batch,
+	},
+	[NODE_BLOCKS_GET] = { /* .blocks/.get */
+		.getattr = attr_get,
+		.open = files_open_blocks_batch,
+	},
+	[NODE_CACHE_FILE] = { /* a file under .cache or .blocks */
 		.getattr = attr_cache,
 		.open = files_open_cache,
 		.revive = wtree_revive,

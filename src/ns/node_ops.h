@@ -63,6 +63,8 @@ int files_open_put(struct tree *t, struct node *n, int flags, struct handle **h,
 		   struct open_reply *r);
 int files_open_get(struct tree *t, struct node *n, int flags, struct handle **h,
 		   struct open_reply *r);
+int files_open_blocks_batch(struct tree *t, struct node *n, int flags, struct handle **h,
+			    struct open_reply *r);
 int files_open_cache(struct tree *t, struct node *n, int flags, struct handle **h,
 		     struct open_reply *r);
 int files_open_materialize(struct tree *t, struct node *n, int flags, struct handle **h,

@@ -79,6 +79,10 @@ static int reopen(struct tree *t, const struct held_handle *rec, struct handle *
 		return files_open_node(t, n, rec->flags, h, &r);
 	case HANDLE_WEIGHTS_PUBLISH:
 		break; /* a publish that died with the daemon */
+	case HANDLE_BLOCKS_PUT: /* records in flight died with the daemon: EIO once */
+		if (state != REVIVE_FRESH)
+			break;
+		return files_open_node(t, n, rec->flags, h, &r);
 	case HANDLE_CACHE_WRITE: { /* a .cache/ file being written: its writer goes on */
 		int rc = wtree_reopen_write(t, n, rec, h);
 		if (rc != -EALREADY)

@@ -40,14 +40,18 @@ static int open_held(struct tree *t, const struct tree_start *start, char *err, 
 	return rc;
 }
 
-/* The .cache/ tree: a store that holds no usable one costs the tree, not
- * R3 objects and weights (the mount then has no .cache). */
-static void cache_open(struct tree *t)
+/* The write-once trees, .cache/ and .blocks/: a store that holds no
+ * usable one costs that tree, not R3 objects and weights (the mount then
+ * has no .cache or .blocks). */
+static void trees_open(struct tree *t)
 {
 	char err[PATH_MAX + 128];
 
-	if (wtree_open(t, err, sizeof(err)) < 0)
+	if (wtree_open(t, WTREE_CACHE, err, sizeof(err)) < 0)
 		log_err("cache: %s; the mount serves no .cache/ tree", err);
+	if (wtree_open(t, WTREE_BLOCKS, err, sizeof(err)) < 0)
+		log_err("blocks: %s; the mount serves no .blocks/ tree", err);
+	t->collect_more = wblocks_collect;
 }
 
 int tree_open_start(struct tree *t, struct artfs_config *cfg, const struct tree_start *start,
@@ -74,6 +78,8 @@ int tree_open_start(struct tree *t, struct artfs_config *cfg, const struct tree_
 	t->keys_dir.type = NODE_KEYS_DIR;
 	t->keys_put.type = NODE_PUT;
 	t->keys_get.type = NODE_GET;
+	t->blocks_put.type = NODE_BLOCKS_PUT;
+	t->blocks_get.type = NODE_BLOCKS_GET;
 	t->attach_node.type = NODE_SOCKET;
 	grants_init(&t->grants);
 	keeper_link_init(&t->keeper, start->keeper_fd);
@@ -103,7 +109,7 @@ int tree_open_start(struct tree *t, struct artfs_config *cfg, const struct tree_
 		rc = scan_store(t, start->takeover, err, errlen);
 		if (rc < 0)
 			goto fail;
-		cache_open(t);
+		trees_open(t);
 	}
 	t->scan_deferred = start->defer_scan;
 	t->took_over = start->takeover;
@@ -119,7 +125,8 @@ void tree_close(struct tree *t)
 	scan_size_stop(t);
 	handles_release_all(t);
 	weights_shutdown(t);
-	wtree_close(t);
+	wtree_close(t, WTREE_CACHE);
+	wtree_close(t, WTREE_BLOCKS);
 	index_destroy(&t->idx);
 	remote_close(t->remote);
 	t->remote = NULL;
@@ -155,7 +162,7 @@ int tree_take_over(struct tree *t)
 		t->scan_deferred = false;
 		int rc = scan_store(t, true, err, sizeof(err));
 		if (rc == 0)
-			cache_open(t);
+			trees_open(t);
 		if (rc < 0) {
 			log_err("takeover: %s", err);
 			return rc;

@@ -68,6 +68,19 @@ int remote_get_named(struct remote *r, const char *name, uint8_t **val, size_t *
 	return -ENOTSUP;
 }
 
+int remote_get_named_many(struct remote *r, size_t n, const char *const *names, uint8_t **vals,
+			  size_t *lens, int *results)
+{
+	(void)r;
+	(void)names;
+	for (size_t i = 0; i < n; i++) {
+		vals[i] = NULL;
+		lens[i] = 0;
+		results[i] = -ENOTSUP;
+	}
+	return n ? -ENOTSUP : 0;
+}
+
 int remote_sadd_named(struct remote *r, size_t n, const char *const *names,
 		      const char *const *members, int *results)
 {

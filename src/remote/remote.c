@@ -217,26 +217,36 @@ int remote_put_named(struct remote *r, const char *name, const void *val, size_t
 	return rc;
 }
 
-int remote_get_named(struct remote *r, const char *name, uint8_t **val, size_t *len)
+int remote_get_named_many(struct remote *r, size_t n, const char *const *names, uint8_t **vals,
+			  size_t *lens, int *results)
 {
 	int64_t started = redis_now();
-	int rc;
-	struct op *ops = ops_new_named(r, 1, &name, STEP_GET, &rc);
+	int rc = 0;
 
-	*val = NULL;
-	*len = 0;
+	if (n == 0)
+		return 0;
+	struct op *ops = ops_new_named(r, n, names, STEP_GET, &rc);
 	if (!ops)
 		return rc;
-	remote_call_run(r, ops, 1, started, "get");
-	rc = ops[0].result;
-	if (rc == 0) {
-		*val = ops[0].got;
-		*len = ops[0].got_len;
-	} else {
-		free(ops[0].got);
+	remote_call_run(r, ops, n, started, "get");
+	for (size_t i = 0; i < n; i++) {
+		results[i] = ops[i].result;
+		vals[i] = ops[i].result == 0 ? ops[i].got : NULL;
+		lens[i] = ops[i].result == 0 ? ops[i].got_len : 0;
+		if (ops[i].result != 0)
+			free(ops[i].got);
+		if (rc == 0)
+			rc = ops[i].result;
 	}
-	ops_free(ops, 1);
+	ops_free(ops, n);
 	return rc;
+}
+
+int remote_get_named(struct remote *r, const char *name, uint8_t **val, size_t *len)
+{
+	int result;
+
+	return remote_get_named_many(r, 1, &name, val, len, &result);
 }
 
 /* cmd: "SADD" or "SREM" (4 bytes both). */

@@ -75,6 +75,9 @@ int remote_get_many(struct remote *r, size_t n, const char *const *keys_hex, uin
 #define REMOTE_NAME_MAX 4200
 int remote_put_named(struct remote *r, const char *name, const void *val, size_t len);
 int remote_get_named(struct remote *r, const char *name, uint8_t **val, size_t *len);
+/* Many by name, as remote_get_many: one pipelined round per node. */
+int remote_get_named_many(struct remote *r, size_t n, const char *const *names, uint8_t **vals,
+			  size_t *lens, int *results);
 
 /* Sets, in one pipelined round per node: member i is added to the set
  * named names[i] (SADD), whose expiry is then refreshed to remote_ttl=

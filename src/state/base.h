@@ -67,6 +67,8 @@ struct tree {
 	struct node keys_dir;     /* .keys */
 	struct node keys_put;     /* .keys/.put */
 	struct node keys_get;     /* .keys/.get */
+	struct node blocks_put;   /* .blocks/.put */
+	struct node blocks_get;   /* .blocks/.get */
 	/* .artfs/attach: a socket the daemon binds in its own mount, once per
 	 * mount (the holder keeps it); it exists from its bind on. */
 	struct node attach_node;
@@ -79,11 +81,15 @@ struct tree {
 	struct expiry *expiry;    /* the janitor (src/state/expiry.c), NULL when not running */
 	struct remote *remote;    /* the Redis Cluster tier (remote=), or NULL */
 	struct wtree *cache;      /* the .cache/ tree (src/trees/), NULL until open */
+	struct wtree *blocks;     /* the .blocks/ tree (src/trees/), NULL until open */
 	/* Tells the kernel that parent/name is gone when the daemon itself
 	 * removed it (collection); set by the FUSE layer, called only from the
 	 * janitor thread. */
 	void (*forget_entry)(void *ctx, uint64_t parent, const char *name);
 	void *forget_ctx;
+	/* What else the janitor collects on its timer (src/trees/: .blocks/'s
+	 * idle namespace directories); set by the namespace, NULL: nothing. */
+	uint64_t (*collect_more)(struct tree *t, int64_t now);
 	/* Asks the holder for an upgrade (set by the daemon a holder runs):
 	 * 0 or -errno. */
 	int (*upgrade)(void *ctx);
@@ -165,6 +171,8 @@ enum handle_kind {
 	HANDLE_WEIGHTS_PUBLISH, /* weights/.publish */
 	HANDLE_CACHE_READ,     /* a committed .cache/ file */
 	HANDLE_CACHE_WRITE,    /* a .cache/ file being written */
+	HANDLE_BLOCKS_PUT,     /* .blocks/.put */
+	HANDLE_BLOCKS_GET,     /* .blocks/.get */
 	HANDLE_KINDS
 };
 

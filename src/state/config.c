@@ -158,6 +158,10 @@ const struct config_option config_options[] = {
 	{ .name = "cache_max_file", .kind = CONFIG_SIZE, .offset = FIELD(cache_max_file),
 	  .derived = same_as_max_object,
 	  .arg = "SIZE", .help = "bytes of one .cache/ file (default max_object=)" },
+	{ .name = "blocks_capacity", .kind = CONFIG_SIZE, .offset = FIELD(blocks_capacity),
+	  .derived = capacity_quarter,
+	  .arg = "SIZE", .help = "bytes of the .blocks/ tree; full is ENOSPC, nothing evicted\n"
+	  "                           (default capacity/4)" },
 	{ .name = "ttl", .kind = CONFIG_SECONDS, .offset = FIELD(ttl), .initial = "3600",
 	  .arg = "SECONDS", .help = "idle time before a version is collected, 0 = never" },
 	{ .name = "allow_quant", .kind = CONFIG_TEXT, .offset = FIELD(allow_quant), .initial = "",

@@ -28,6 +28,7 @@ struct artfs_config {
 	uint64_t materialize_max; /* materialize_max= bytes open .materialize files may hold */
 	uint64_t cache_capacity; /* cache_capacity= bytes of the .cache/ tree (DESIGN.md §9) */
 	uint64_t cache_max_file; /* cache_max_file= bytes of one .cache/ file */
+	uint64_t blocks_capacity; /* blocks_capacity= bytes of the .blocks/ tree (DESIGN.md §10) */
 	uint64_t ttl;         /* ttl=        seconds idle before collection, 0 never */
 	char *allow_quant;    /* allow_quant= extra quantization methods for zero-copy */
 	char *config_file;    /* config=     the file read at mount */

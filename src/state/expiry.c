@@ -161,6 +161,8 @@ static void *janitor(void *arg)
 			bury(t, q, true);
 		else
 			expiry_collect(t);
+		if (!q && t->collect_more)
+			t->collect_more(t, clock_now());
 		pthread_mutex_lock(&e->mu);
 		if (!e->queue && !e->stop) {
 			struct timespec until;

@@ -32,6 +32,8 @@ void ids_init(struct tree *t)
 	atomic_store(&t->keys_put.id, ID_KEYS_PUT);
 	atomic_store(&t->keys_get.id, ID_KEYS_GET);
 	atomic_store(&t->attach_node.id, ID_ATTACH);
+	atomic_store(&t->blocks_put.id, ID_BLOCKS_PUT);
+	atomic_store(&t->blocks_get.id, ID_BLOCKS_GET);
 	t->stale.type = NODE_STALE;
 	t->handle_unbind = ids_handle_unbind;
 	pthread_mutex_init(&t->ids_mu, NULL);
@@ -200,6 +202,8 @@ struct node *ids_node(struct tree *t, uint64_t id)
 	case ID_KEYS_PUT: return &t->keys_put;
 	case ID_KEYS_GET: return &t->keys_get;
 	case ID_ATTACH: return &t->attach_node;
+	case ID_BLOCKS_PUT: return &t->blocks_put;
+	case ID_BLOCKS_GET: return &t->blocks_get;
 	default: break;
 	}
 	if (id >= ID_INFO_FILE0 && id < ID_INFO_FILE0 + INFO_COUNT)

@@ -26,6 +26,8 @@ enum {
 	ID_KEYS_PUT = 7,
 	ID_KEYS_GET = 8,
 	ID_ATTACH = 9,         /* .artfs/attach */
+	ID_BLOCKS_PUT = 10,
+	ID_BLOCKS_GET = 11,
 };
 
 /* Gives the fixed nodes their ids; maps nothing else yet. */

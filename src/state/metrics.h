@@ -39,6 +39,15 @@ struct metrics {
 	counter_t cache_collisions;     /* commits or renames onto other bytes (the first stays) */
 	counter_t cache_evictions;      /* files evicted for room */
 	counter_t cache_damaged;        /* files that failed their check (dropped) */
+	/* The .blocks/ tree (DESIGN.md §10); never evicted: full is ENOSPC. */
+	counter_t blocks_hits;          /* blocks served (an open, or one of a .get) */
+	counter_t blocks_misses;        /* keys asked that no node holds */
+	counter_t blocks_remote_hits;   /* blocks fetched from the cluster */
+	counter_t blocks_commits;       /* blocks committed */
+	counter_t blocks_collisions;    /* a key that held other bytes (the first stays) */
+	counter_t blocks_refused;       /* blocks refused for room (ENOSPC) */
+	counter_t blocks_damaged;       /* blocks that failed their check (EIO) */
+	counter_t blocks_collected;     /* blocks of idle namespace directories (ttl=) */
 };
 
 struct metrics_version {
@@ -67,6 +76,9 @@ struct metrics_gauges {
 	uint64_t cache_bytes;       /* committed bytes of .cache/ */
 	uint64_t cache_files;
 	uint64_t cache_capacity;    /* cache_capacity= */
+	uint64_t blocks_bytes;      /* committed bytes of .blocks/ */
+	uint64_t blocks_files;
+	uint64_t blocks_capacity;   /* blocks_capacity= */
 	struct metrics_version *per_version;
 	size_t nper_version;
 };
@@ -78,12 +90,16 @@ enum metric_id {
 	METRIC_CAPACITY, METRIC_MAX_OBJECT, METRIC_PUBLISHING, METRIC_MATERIALIZE_HELD,
 	METRIC_MATERIALIZE_MAX, METRIC_START_TIME, METRIC_STORE_SIZING, METRIC_DAEMON_PID,
 	METRIC_DAEMON_GENERATION, METRIC_CACHE_BYTES, METRIC_CACHE_FILES, METRIC_CACHE_CAPACITY,
+	METRIC_BLOCKS_BYTES, METRIC_BLOCKS_FILES, METRIC_BLOCKS_CAPACITY,
 	METRIC_PUBLISHES, METRIC_REPUBLISH_IDENTICAL, METRIC_COLLISIONS, METRIC_PUBLISH_ERRORS,
 	METRIC_READS, METRIC_VERIFICATIONS, METRIC_CHECKSUM_FAILURES, METRIC_UNLINKS,
 	METRIC_VERSIONS_CREATED, METRIC_VERSIONS_REMOVED, METRIC_VERSIONS_COLLECTED,
 	METRIC_OBJECTS_COLLECTED, METRIC_BYTES_COLLECTED, METRIC_MATERIALIZE_REFUSED,
 	METRIC_CACHE_HITS, METRIC_CACHE_MISSES, METRIC_CACHE_REMOTE_HITS, METRIC_CACHE_COMMITS,
 	METRIC_CACHE_COLLISIONS, METRIC_CACHE_EVICTIONS, METRIC_CACHE_DAMAGED,
+	METRIC_BLOCKS_HITS, METRIC_BLOCKS_MISSES, METRIC_BLOCKS_REMOTE_HITS, METRIC_BLOCKS_COMMITS,
+	METRIC_BLOCKS_COLLISIONS, METRIC_BLOCKS_REFUSED, METRIC_BLOCKS_DAMAGED,
+	METRIC_BLOCKS_COLLECTED,
 	METRIC_COUNT
 };
 

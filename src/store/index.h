@@ -36,8 +36,10 @@ enum node_type {
 	NODE_WEIGHTS_RANK, /* <wv>/weights/rank<k> */
 	NODE_STALE,        /* an id a daemon before this one gave, whose node is gone */
 	NODE_SOCKET,       /* .artfs/attach, the socket of slab descriptors */
-	NODE_CACHE_DIR,    /* .cache and a directory under it (src/trees/) */
-	NODE_CACHE_FILE,   /* a file under .cache */
+	NODE_CACHE_DIR,    /* .cache, .blocks and a directory under them (src/trees/) */
+	NODE_CACHE_FILE,   /* a file under .cache (or .blocks) */
+	NODE_BLOCKS_PUT,   /* .blocks/.put */
+	NODE_BLOCKS_GET,   /* .blocks/.get */
 };
 
 struct weights;

@@ -38,9 +38,9 @@ static int subdir_open(struct tree *t, const char *name, char *err, size_t errle
 
 int wdisk_open(struct tree *t, struct wtree *w, char *err, size_t errlen)
 {
-	if ((w->root_fd = subdir_open(t, WTREE_DIR_NAME, err, errlen)) < 0)
+	if ((w->root_fd = subdir_open(t, w->p->store_dir, err, errlen)) < 0)
 		return w->root_fd;
-	if ((w->tmp_fd = subdir_open(t, WTREE_TMP_DIR, err, errlen)) < 0)
+	if ((w->tmp_fd = subdir_open(t, w->p->tmp_dir, err, errlen)) < 0)
 		return w->tmp_fd;
 	if (t->held.fresh) /* no daemon before: no writer to take back */
 		remove_under(w->tmp_fd, WTREE_DEPTH_MAX);
@@ -69,7 +69,7 @@ static void scan_dir(struct scan *s, struct wnode *dir, int fd, unsigned depth);
 static void drop_entry(struct scan *s, int dirfd, const char *name, bool is_dir,
 		       const char *why)
 {
-	log_warn("cache: %.255s in the store: %s; dropped", name, why);
+	log_warn("%s: %.255s in the store: %s; dropped", s->w->p->label, name, why);
 	if (!is_dir)
 		unlinkat(dirfd, name, 0);
 	s->dropped++;
@@ -108,7 +108,7 @@ static void scan_file(struct scan *s, struct wnode *dir, int dirfd, const char *
 static void scan_entry(struct scan *s, struct wnode *dir, int dirfd, unsigned depth,
 		       const struct dirent *e)
 {
-	if (wtree_name_check(e->d_name) < 0) {
+	if (s->w->p->name_check(e->d_name) < 0) {
 		drop_entry(s, dirfd, e->d_name, e->d_type == DT_DIR, "not a name of the tree");
 		return;
 	}
@@ -118,7 +118,7 @@ static void scan_entry(struct scan *s, struct wnode *dir, int dirfd, unsigned de
 	}
 	int fd = openat(dirfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	struct stat st;
-	if (fd < 0 || fstat(fd, &st) < 0 || depth + 1 > WTREE_DEPTH_MAX) {
+	if (fd < 0 || fstat(fd, &st) < 0 || depth + 1 > s->w->p->depth_max) {
 		if (fd >= 0)
 			close(fd);
 		drop_entry(s, dirfd, e->d_name, true, "a directory deeper than the tree allows");
@@ -144,7 +144,8 @@ static void scan_dir(struct scan *s, struct wnode *dir, int fd, unsigned depth)
 	if (!d) {
 		if (dup_fd >= 0)
 			close(dup_fd);
-		log_err("cache: cannot list a directory of the store: %s", strerror(errno));
+		log_err("%s: cannot list a directory of the store: %s", s->w->p->label,
+			strerror(errno));
 		return;
 	}
 	while ((e = readdir(d)))
@@ -164,8 +165,8 @@ int wdisk_scan(struct tree *t, struct wtree *w)
 	wnode_ino_set_locked(w, w->root, st.st_ino);
 	scan_dir(&s, w->root, w->root_fd, 0);
 	pthread_mutex_unlock(&w->mu);
-	log_info("cache: %llu files, %llu bytes in the store%s", (unsigned long long)w->files,
-		 (unsigned long long)w->bytes, s.dropped ? " (some entries dropped: see above)" : "");
+	log_info("%s: %llu files, %llu bytes in the store%s", w->p->label,
+		 (unsigned long long)w->files, (unsigned long long)w->bytes, s.dropped ? " (some entries dropped: see above)" : "");
 	return 0;
 }
 
@@ -268,17 +269,18 @@ int wdisk_rename_locked(struct wtree *w, struct wnode *n, struct wnode *to_dir, 
 
 int wdisk_link_locked(struct wtree *w, struct wnode *n, struct store_tmp *tmp)
 {
-	int dirfd = dir_open_locked(w, n->parent);
+	char path[WTREE_PATH_MAX + 2];
 	struct stat st;
+	int rc = wnode_path_locked(n, path, sizeof(path));
 
-	if (dirfd < 0)
-		return dirfd;
-	int rc = store_tmp_link(dirfd, false, tmp, n->name);
+	/* By its path below the root: no directory opened per file (.blocks/
+	 * links thousands a second). */
+	if (rc == 0)
+		rc = store_tmp_link(w->root_fd, false, tmp, path);
 	if (rc == -EEXIST) { /* a file the tree does not know of (not one it indexed) */
-		unlinkat(dirfd, n->name, 0);
-		rc = store_tmp_link(dirfd, false, tmp, n->name);
+		unlinkat(w->root_fd, path, 0);
+		rc = store_tmp_link(w->root_fd, false, tmp, path);
 	}
-	close(dirfd);
 	if (rc == 0 && fstat(tmp->fd, &st) == 0) {
 		wnode_ino_set_locked(w, n, st.st_ino);
 		n->checked_mtime = st.st_mtim;

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "lib/log.h"
@@ -31,7 +32,7 @@ void wfile_drop_locked(struct wtree *w, struct wnode *n)
 	int rc = wdisk_remove_locked(w, n);
 
 	if (rc < 0 && wnode_path_locked(n, path, sizeof(path)) == 0)
-		log_warn("cache: removing .cache/%.400s from the store: %s", path, strerror(-rc));
+		log_warn("%s: removing %s/%.400s from the store: %s", w->p->label, w->p->mount_name, path, strerror(-rc));
 	w->bytes -= n->size;
 	w->files--;
 	wnode_detach_locked(w, n);
@@ -44,17 +45,28 @@ static void evict_locked(struct tree *t, struct wtree *w, struct wnode *n)
 	(void)t;
 	if (wnode_path_locked(n, path, sizeof(path)) < 0)
 		strcpy(path, n->name);
-	log_debug("cache: %.400s evicted (%llu bytes)", path, (unsigned long long)n->size);
-	counter_inc(&w->t->metrics.cache_evictions);
+	log_debug("%s: %.400s evicted (%llu bytes)", w->p->label, path, (unsigned long long)n->size);
+	counter_inc(w->c.evictions);
 	wfile_drop_locked(w, n);
+}
+
+/* .blocks/ evicts nothing: what does not fit is refused (counted). */
+static int refuse_locked(struct wtree *w)
+{
+	counter_inc(w->c.evictions); /* blocks_refused */
+	return -ENOSPC;
 }
 
 int wfile_make_room_locked(struct tree *t, struct wtree *w, uint64_t need)
 {
 	if (need > w->capacity)
-		return -ENOSPC;
+		return w->p->evict ? -ENOSPC : refuse_locked(w);
 	while (w->bytes + w->reserved + need > w->capacity) {
 		struct wnode *n = w->lru.lru_next;
+		if (!w->p->evict && !(w->ttl && wblocks_collect_locked(w, clock_now())))
+			return refuse_locked(w);
+		if (!w->p->evict)
+			continue; /* collected: look again */
 		if (n == &w->lru)
 			return -ENOSPC; /* every committed file is open */
 		evict_locked(t, w, n);
@@ -126,7 +138,7 @@ static int write_op(struct tree *t, struct handle *h, uint64_t off, const void *
 		rc = store_pwrite_all(f->tmp.fd, buf, len, (off_t)(off + WTREE_HEADER));
 	if (rc < 0) {
 		if (rc != -EFBIG && rc != -ENOSPC)
-			log_err("cache: writing %.255s: %s", f->n->name, strerror(-rc));
+			log_err("%s: writing %.255s: %s", f->n->tree->p->label, f->n->name, strerror(-rc));
 		f->error = rc;
 		return rc;
 	}
@@ -185,10 +197,10 @@ static int commit_onto_locked(struct wtree *w, struct wwrite *f, struct wnode *o
 		return -EISDIR;
 	if (old->size == f->size && memcmp(old->sha, sha, 32) == 0)
 		return 0;
-	counter_inc(&w->t->metrics.cache_collisions);
+	counter_inc(w->c.collisions);
 	if (wnode_path_locked(old, path, sizeof(path)) < 0)
 		strcpy(path, old->name);
-	log_info("cache: %.400s was committed first with other bytes; those stay", path);
+	log_info("%s: %.400s was committed first with other bytes; those stay", w->p->label, path);
 	return 0;
 }
 
@@ -217,10 +229,10 @@ static int commit_locked(struct tree *t, struct wtree *w, struct wwrite *f,
 		return rc;
 	n->size = f->size;
 	memcpy(n->sha, sha, 32);
-	n->mtime = clock_now();
+	dir->used = n->mtime = clock_now();
 	w->bytes += n->size;
 	w->files++;
-	counter_inc(&w->t->metrics.cache_commits);
+	counter_inc(w->c.commits);
 	if (!n->open)
 		wnode_lru_touch_locked(w, n);
 	return 0;
@@ -258,9 +270,11 @@ static int commit_claim(struct wtree *w, struct wwrite *f, struct wheader *hd)
 	char path[WTREE_PATH_MAX + 2];
 	struct wvalue theirs = { 0 };
 
-	if (path_if_absent(w, f->n, path, sizeof(path)) < 0 ||
-	    wcluster_claim(w, path, f->tmp.fd, f->size, hd->sha, &theirs) == 0)
-		return 0;
+	if (path_if_absent(w, f->n, path, sizeof(path)) < 0)
+		return 0; /* held here: the commit meets it (the first stays) */
+	int claimed = wcluster_claim(w, path, f->tmp.fd, f->size, hd->sha, &theirs);
+	if (claimed <= 0)
+		return claimed; /* .blocks/: the cluster did not take it (nothing committed) */
 	int rc = theirs.size ? store_pwrite_all(f->tmp.fd, theirs.val + 32, theirs.size,
 						WTREE_HEADER) : 0;
 	if (rc == 0 && ftruncate(f->tmp.fd, (off_t)(WTREE_HEADER + theirs.size)) < 0)
@@ -271,9 +285,9 @@ static int commit_claim(struct wtree *w, struct wwrite *f, struct wheader *hd)
 		pthread_mutex_unlock(&w->mu);
 		hd->size = theirs.size;
 		memcpy(hd->sha, theirs.val, 32);
-		counter_inc(&w->t->metrics.cache_collisions);
-		log_info("cache: .cache/%.400s was committed first by another node with other "
-			 "bytes; those stay", path);
+		counter_inc(w->c.collisions);
+		log_info("%s: %s/%.400s was committed first by another node with other "
+			 "bytes; those stay", w->p->label, w->p->mount_name, path);
 	}
 	wvalue_free(&theirs);
 	return rc;
@@ -305,7 +319,7 @@ static int commit(struct tree *t, struct wwrite *f)
 		write_unreserve(f);
 	store_tmp_close(&f->tmp);
 	if (rc < 0 && rc != -ENOSPC && rc != -EFBIG && rc != -ENOENT)
-		log_err("cache: committing %.255s: %s", f->n->name, strerror(-rc));
+		log_err("%s: committing %.255s: %s", w->p->label, f->n->name, strerror(-rc));
 	return rc;
 }
 
@@ -334,7 +348,7 @@ static int flush_op(struct tree *t, struct handle *h, uint64_t owner)
 
 	if (owner == TREE_OWNER_KILLED && !f->ended) {
 		drop(f);
-		log_info("cache: %.255s dropped: its writer was killed before it closed it",
+		log_info("%s: %.255s dropped: its writer was killed before it closed it", f->n->tree->p->label,
 			 f->n->name);
 		return 0;
 	}
@@ -364,7 +378,8 @@ static void write_release(struct tree *t, struct handle *h)
 		commit(t, f);
 	} else { /* its writer's close never came (the daemon stops; another table closed) */
 		drop(f);
-		log_info("cache: %.255s dropped: released before its writer closed it", f->n->name);
+		log_info("%s: %.255s dropped: released before its writer closed it", f->n->tree->p->label,
+			 f->n->name);
 	}
 	struct wtree *w = tree_of_node(f->n);
 	pthread_mutex_lock(&w->mu);
@@ -416,7 +431,7 @@ int wfile_create(struct tree *t, struct wnode *n, struct handle **h)
 			   O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (f->tmp.fd < 0) {
 		int rc = -errno;
-		log_err("cache: a temporary file for %.255s: %s", n->name, strerror(-rc));
+		log_err("%s: a temporary file for %.255s: %s", w->p->label, n->name, strerror(-rc));
 		free(f);
 		return rc;
 	}
@@ -561,8 +576,10 @@ static bool map_matches(const struct wread *f, const struct wnode *n)
 	return memcmp(sha, n->sha, 32) == 0;
 }
 
-/* A committed file failed its check: gone from the tree, a miss from now
- * on (the tool builds it again); open readers get EIO. */
+/* A committed file failed its check. In .cache/: gone from the tree, a
+ * miss from now on (the tool builds it again); open readers get EIO. In
+ * .blocks/: it stays, and every open of it is EIO (fail closed: nothing
+ * can build an R3 block again; unlink removes it). */
 static void damaged(struct tree *t, struct wnode *n, const char *why)
 {
 	struct wtree *w = tree_of_node(n);
@@ -572,12 +589,17 @@ static void damaged(struct tree *t, struct wnode *n, const char *why)
 	pthread_mutex_lock(&w->mu);
 	if (wnode_path_locked(n, path, sizeof(path)) < 0)
 		strcpy(path, n->name);
+	bool first = !n->damaged;
 	n->damaged = true;
-	if (n->state == WNODE_LIVE) {
-		log_err("cache: .cache/%.400s %s in the store; dropped (a miss from now on)", path,
-			why);
-		counter_inc(&w->t->metrics.cache_damaged);
+	if (n->state == WNODE_LIVE && w->p->damaged_is_miss) {
+		log_err("%s: %s/%.400s %s in the store; dropped (a miss from now on)",
+			w->p->label, w->p->mount_name, path, why);
+		counter_inc(w->c.damaged);
 		wfile_drop_locked(w, n);
+	} else if (n->state == WNODE_LIVE && first) {
+		log_err("%s: %s/%.400s %s in the store; served as EIO", w->p->label,
+			w->p->mount_name, path, why);
+		counter_inc(w->c.damaged);
 	}
 	pthread_mutex_unlock(&w->mu);
 }
@@ -604,6 +626,7 @@ static int store_file_open(struct wtree *w, struct wnode *n)
 	int rc = n->state != WNODE_LIVE ? -ESTALE : wnode_path_locked(n, path, sizeof(path));
 	if (rc == 0) {
 		n->open++; /* held open: not evicted from here on */
+		n->parent->used = clock_now();
 		wnode_lru_remove_locked(w, n);
 	}
 	pthread_mutex_unlock(&w->mu);
@@ -623,12 +646,15 @@ static int read_check(struct tree *t, struct wread *f, int fd)
 	int rc = read_map(f, fd, &st);
 	if (rc < 0)
 		return rc;
-	if (!needs_check(n, &st) && f->map_len == WTREE_HEADER + n->size)
+	struct wtree *w = tree_of_node(n);
+	if (!w->p->check_every_open && !needs_check(n, &st) &&
+	    f->map_len == WTREE_HEADER + n->size)
 		return 0;
 	if (!f->map || !map_matches(f, n)) {
 		damaged(t, n, f->map_len == WTREE_HEADER + n->size ? "failed its SHA-256 check"
 								    : "has the wrong size");
-		return -ESTALE; /* the kernel looks the name up again: ENOENT */
+		/* a miss: the kernel looks the name up again (ENOENT) */
+		return w->p->damaged_is_miss ? -ESTALE : -EIO;
 	}
 	pthread_mutex_lock(&tree_of_node(n)->mu);
 	n->checked_mtime = st.st_mtim;
@@ -655,7 +681,7 @@ int wfile_open(struct tree *t, struct wnode *n, struct handle **h)
 		close(fd);
 	if (fd == -ENOENT) {
 		damaged(t, n, "is missing");
-		rc = -ESTALE;
+		rc = w->p->damaged_is_miss ? -ESTALE : -EIO;
 	}
 	if (rc < 0) {
 		if (fd != -ESTALE)
@@ -666,9 +692,49 @@ int wfile_open(struct tree *t, struct wnode *n, struct handle **h)
 		}
 		return rc;
 	}
-	counter_inc(&w->t->metrics.cache_hits);
+	counter_inc(w->c.hits);
 	*h = &f->h;
 	return 0;
+}
+
+/* The bytes of the committed file n (size n->size) into dst, checked
+ * against its SHA-256 (a .blocks/ .get): 0, -EIO (damaged: logged,
+ * counted), -ESTALE (gone meanwhile), -errno. */
+int wfile_load(struct tree *t, struct wnode *n, uint8_t *dst, uint64_t size)
+{
+	struct wtree *w = tree_of_node(n);
+	struct wheader hd;
+	uint8_t sha[32];
+	struct stat st;
+	int fd = store_file_open(w, n);
+	int rc = fd < 0 ? fd : fstat(fd, &st) < 0 ? -errno : 0;
+
+	if (rc == 0 && (uint64_t)st.st_size != WTREE_HEADER + size)
+		rc = -EBADMSG;
+	if (rc == 0)
+		rc = wdisk_header_read(fd, &hd, (uint64_t)st.st_size);
+	if (rc == 0 && size)
+		rc = store_pread_all(fd, dst, size, WTREE_HEADER);
+	if (rc == 0) {
+		sha256_once(dst, size, sha);
+		if (memcmp(sha, n->sha, 32) != 0 || memcmp(hd.sha, n->sha, 32) != 0)
+			rc = -EBADMSG;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (fd != -ESTALE) {
+		pthread_mutex_lock(&w->mu);
+		if (--n->open == 0 && n->state == WNODE_LIVE)
+			wnode_lru_touch_locked(w, n);
+		pthread_mutex_unlock(&w->mu);
+	}
+	if (rc == -EBADMSG || rc == -ENOENT) {
+		damaged(t, n, rc == -ENOENT ? "is missing" : "failed its SHA-256 check");
+		rc = -EIO;
+	}
+	if (rc == 0)
+		counter_inc(w->c.hits);
+	return rc;
 }
 
 /* ---- a file fetched from another node ---------------------------------------------- */
@@ -683,9 +749,18 @@ static int adopt_write(struct tree *t, const struct wvalue *v, struct store_tmp 
 		return rc;
 	memcpy(hd.magic, WTREE_MAGIC, 8);
 	memcpy(hd.sha, v->val, 32);
-	rc = store_pwrite_all(tmp->fd, &hd, sizeof(hd), 0);
-	if (rc == 0 && v->size)
-		rc = store_pwrite_all(tmp->fd, v->val + 32, v->size, WTREE_HEADER);
+	/* Header and bytes in one call (.blocks/ writes thousands a second). */
+	struct iovec iov[2] = { { &hd, sizeof(hd) }, { v->val + 32, v->size } };
+	ssize_t n = pwritev(tmp->fd, iov, 2, 0);
+	if (n < 0)
+		rc = -errno;
+	else if ((size_t)n < sizeof(hd)) /* short: the rest one piece at a time */
+		rc = store_pwrite_all(tmp->fd, &hd, sizeof(hd), 0);
+	if (rc == 0 && (size_t)n < sizeof(hd) + v->size) {
+		size_t done = (size_t)n > sizeof(hd) ? (size_t)n - sizeof(hd) : 0;
+		rc = store_pwrite_all(tmp->fd, v->val + 32 + done, v->size - done,
+				      (off_t)(WTREE_HEADER + done));
+	}
 	if (rc < 0)
 		store_tmp_close(tmp);
 	return rc;
@@ -705,6 +780,7 @@ static int adopt_locked(struct tree *t, struct wtree *w, struct wnode *n, struct
 		return rc;
 	n->size = v->size;
 	memcpy(n->sha, v->val, 32);
+	n->parent->used = clock_now();
 	w->bytes += n->size;
 	w->files++;
 	wnode_lru_touch_locked(w, n);
@@ -712,7 +788,7 @@ static int adopt_locked(struct tree *t, struct wtree *w, struct wnode *n, struct
 }
 
 int wfile_adopt(struct tree *t, struct wnode *dir, const char *name, const struct wvalue *v,
-		struct wnode **out)
+		bool fetched, struct wnode **out)
 {
 	struct wtree *w = dir->tree;
 	struct store_tmp tmp;
@@ -720,7 +796,7 @@ int wfile_adopt(struct tree *t, struct wnode *dir, const char *name, const struc
 	int rc = adopt_write(t, v, &tmp);
 
 	if (rc < 0) {
-		log_err("cache: keeping %.255s from the cluster: %s", name, strerror(-rc));
+		log_err("%s: keeping %.255s: %s", w->p->label, name, strerror(-rc));
 		return rc;
 	}
 	pthread_mutex_lock(&w->mu);
@@ -744,11 +820,11 @@ int wfile_adopt(struct tree *t, struct wnode *dir, const char *name, const struc
 	}
 	if (rc < 0) {
 		if (rc != -ENOENT && rc != -ENOSPC)
-			log_err("cache: keeping %.255s from the cluster: %s", name, strerror(-rc));
+			log_err("%s: keeping %.255s: %s", w->p->label, name, strerror(-rc));
 		return rc;
 	}
 	if (n != old) {
-		counter_inc(&t->metrics.cache_remote_hits);
+		counter_inc(fetched ? w->c.remote_hits : w->c.commits);
 		wtree_redescribe(w, n); /* the next daemon finds it as a local commit */
 	}
 	*out = n;

@@ -47,7 +47,7 @@ struct wnode *wnode_new(struct wtree *w, struct wnode *parent, const char *name,
 	if (parent)
 		node_ref(&parent->node);
 	n->state = is_dir ? WNODE_LIVE : WNODE_PENDING;
-	n->mtime = clock_now();
+	n->used = n->mtime = clock_now();
 	return n;
 fail:
 	if (n) {
@@ -357,9 +357,9 @@ static struct wnode *revive_pending_locked(struct wtree *w, const struct held_no
 	return n;
 }
 
-struct node *wtree_revive(struct tree *t, const struct held_node *r)
+/* The node of w that r describes, referenced, or NULL. */
+static struct node *revive_in(struct wtree *w, const struct held_node *r)
 {
-	struct wtree *w = t->cache;
 	uint64_t ino;
 
 	if (!w)
@@ -379,4 +379,13 @@ struct node *wtree_revive(struct tree *t, const struct held_node *r)
 		node_ref(&n->node);
 	pthread_mutex_unlock(&w->mu);
 	return n ? &n->node : NULL;
+}
+
+/* Both trees live in the one store file system: a store inode number
+ * names a node of one of them only. */
+struct node *wtree_revive(struct tree *t, const struct held_node *r)
+{
+	struct node *n = revive_in(t->cache, r);
+
+	return n ? n : revive_in(t->blocks, r);
 }

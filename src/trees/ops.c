@@ -26,12 +26,18 @@
 
 /* ---- the tree --------------------------------------------------------------------- */
 
-int wtree_open(struct tree *t, char *err, size_t errlen)
+static struct wtree **slot_of(struct tree *t, enum wtree_kind kind)
 {
+	return kind == WTREE_CACHE ? &t->cache : &t->blocks;
+}
+
+int wtree_open(struct tree *t, enum wtree_kind kind, char *err, size_t errlen)
+{
+	const struct wpolicy *p = wpolicy_of(kind);
 	struct wtree *w = calloc(1, sizeof(*w));
 
 	if (!w) {
-		snprintf(err, errlen, "the .cache/ tree: out of memory");
+		snprintf(err, errlen, "the %s/ tree: out of memory", p->mount_name);
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&w->mu, NULL);
@@ -39,30 +45,33 @@ int wtree_open(struct tree *t, char *err, size_t errlen)
 	w->all.next = w->all.prev = &w->all;
 	w->lru.lru_next = w->lru.lru_prev = &w->lru;
 	w->t = t;
+	w->p = p;
+	w->kind = kind;
+	wpolicy_counters(t, kind, &w->c);
 	w->root_fd = -1;
 	w->tmp_fd = -1;
-	w->capacity = t->cfg->cache_capacity;
-	w->max_file = t->cfg->cache_max_file;
-	w->seed = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)clock_now();
+	w->capacity = kind == WTREE_CACHE ? t->cfg->cache_capacity : t->cfg->blocks_capacity;
+	w->max_file = kind == WTREE_CACHE ? t->cfg->cache_max_file : t->cfg->max_object;
+	w->ttl = kind == WTREE_BLOCKS ? (int64_t)t->cfg->ttl : 0;
+	w->seed = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)clock_now() ^ kind;
 	index_set_trees_free(wnode_free_hook);
-	w->root = wnode_new(w, NULL, WTREE_MOUNT_NAME, true);
+	w->root = wnode_new(w, NULL, p->mount_name, true);
 	int rc = w->root ? wdisk_open(t, w, err, errlen) : -ENOMEM;
 	if (rc == 0 && (rc = wdisk_scan(t, w)) < 0)
-		snprintf(err, errlen, "%s/%s: %s", t->store.path, WTREE_DIR_NAME, strerror(-rc));
+		snprintf(err, errlen, "%s/%s: %s", t->store.path, p->store_dir, strerror(-rc));
+	*slot_of(t, kind) = w;
 	if (rc < 0) {
 		if (!w->root)
-			snprintf(err, errlen, "the .cache/ tree: out of memory");
-		t->cache = w;
-		wtree_close(t);
+			snprintf(err, errlen, "the %s/ tree: out of memory", p->mount_name);
+		wtree_close(t, kind);
 		return rc;
 	}
-	t->cache = w;
 	return 0;
 }
 
-void wtree_close(struct tree *t)
+void wtree_close(struct tree *t, enum wtree_kind kind)
 {
-	struct wtree *w = t->cache;
+	struct wtree *w = *slot_of(t, kind);
 
 	if (!w)
 		return;
@@ -74,19 +83,29 @@ void wtree_close(struct tree *t)
 	pthread_mutex_destroy(&w->mu);
 	pthread_mutex_destroy(&w->all_mu);
 	free(w);
-	t->cache = NULL;
+	*slot_of(t, kind) = NULL;
 }
 
-struct node *wtree_root(struct tree *t)
+struct node *wtree_root(struct wtree *w)
 {
-	node_ref(&t->cache->root->node);
-	return &t->cache->root->node;
+	node_ref(&w->root->node);
+	return &w->root->node;
 }
 
-void wtree_gauges(struct tree *t, uint64_t *bytes, uint64_t *files, uint64_t *capacity)
+struct wtree *wtree_of(const struct node *n)
 {
-	struct wtree *w = t->cache;
+	return ((const struct wnode *)n)->tree;
+}
 
+bool wtree_is_blocks_root(const struct node *n)
+{
+	const struct wnode *w = (const struct wnode *)n;
+
+	return n->type == NODE_CACHE_DIR && w->tree->kind == WTREE_BLOCKS && w == w->tree->root;
+}
+
+void wtree_gauges(struct wtree *w, uint64_t *bytes, uint64_t *files, uint64_t *capacity)
+{
 	pthread_mutex_lock(&w->mu);
 	*bytes = w->bytes;
 	*files = w->files;
@@ -104,7 +123,7 @@ bool wtree_pending(const struct node *n)
 int wtree_getattr(struct tree *t, struct node *node, struct stat *st, double *timeout)
 {
 	struct wnode *n = wnode_of(node);
-	struct wtree *w = t->cache;
+	struct wtree *w = wtree_of(node);
 	mode_t mode = n->dir ? S_IFDIR | 0777 : S_IFREG | (n->state == WNODE_PENDING ? 0644 : 0444);
 
 	memset(st, 0, sizeof(*st));
@@ -157,7 +176,7 @@ static int child_path(struct wtree *w, struct wnode *dir, const char *name, char
 	int rc = dir_usable_locked(dir);
 	if (rc == 0 && wnode_find_locked(w, dir, name))
 		rc = -EEXIST;
-	if (rc == 0 && wnode_depth_locked(dir) + 1 > WTREE_DEPTH_MAX)
+	if (rc == 0 && wnode_depth_locked(dir) + 1 > w->p->depth_max)
 		rc = -ENAMETOOLONG;
 	if (rc == 0)
 		rc = wnode_path_locked(dir, dpath, sizeof(dpath));
@@ -167,12 +186,10 @@ static int child_path(struct wtree *w, struct wnode *dir, const char *name, char
 	if (strcmp(dpath, ".") == 0)
 		dpath[0] = '\0';
 	int n = snprintf(buf, len, "%s%s%s", dpath, dpath[0] ? "/" : "", name);
-	return n < 0 || (size_t)n > WTREE_PATH_MAX ? -ENAMETOOLONG : 0;
+	return n < 0 || (size_t)n > w->p->path_max ? -ENAMETOOLONG : 0;
 }
 
-/* dir/name as a directory here (made now, or by another call meanwhile);
- * *out referenced. */
-static int dir_make(struct wtree *w, struct wnode *dir, const char *name, struct wnode **out)
+int wdir_make(struct wtree *w, struct wnode *dir, const char *name, struct wnode **out)
 {
 	struct wnode *n = NULL;
 
@@ -201,7 +218,7 @@ static int dir_make(struct wtree *w, struct wnode *dir, const char *name, struct
  * again now would wait again); held here meanwhile: EEXIST. */
 static int lookup_remote(struct tree *t, struct wnode *dir, const char *name, struct wnode **out)
 {
-	struct wtree *w = t->cache;
+	struct wtree *w = dir->tree;
 	char path[WTREE_PATH_MAX + 2];
 	struct wvalue v = { 0 };
 	char **names = NULL;
@@ -212,10 +229,10 @@ static int lookup_remote(struct tree *t, struct wnode *dir, const char *name, st
 	if (rc < 0)
 		return rc;
 	rc = wcluster_fetch(w, path, &v);
-	if (rc == 0 && !wcluster_named(w, path))
+	if (rc == 0 && w->p->renames && !wcluster_named(w, path))
 		wvalue_free(&v), rc = -ENOENT;
 	if (rc == 0) {
-		rc = wfile_adopt(t, dir, name, &v, out);
+		rc = wfile_adopt(t, dir, name, &v, true, out);
 		wvalue_free(&v);
 		return rc;
 	}
@@ -225,14 +242,14 @@ static int lookup_remote(struct tree *t, struct wnode *dir, const char *name, st
 	remote_members_free(names, count);
 	if (rc < 0 || count == 0)
 		return rc < 0 ? -EIO : -ENOENT;
-	return dir_make(w, dir, name, out);
+	return wdir_make(w, dir, name, out);
 }
 
 int wtree_lookup(struct tree *t, struct node *node, const char *name, struct node **out)
 {
-	struct wtree *w = t->cache;
+	struct wtree *w = wtree_of(node);
 	struct wnode *dir = wnode_of(node);
-	int rc = wtree_name_check(name);
+	int rc = w->p->name_check(name);
 
 	if (rc < 0)
 		return rc == -EINVAL ? -ENOENT : rc;
@@ -253,9 +270,16 @@ int wtree_lookup(struct tree *t, struct node *node, const char *name, struct nod
 	if (rc == 0 && !n)
 		rc = -ENOENT;
 	if (rc == -ENOENT)
-		counter_inc(&t->metrics.cache_misses);
+		counter_inc(w->c.misses);
 	*out = n ? &n->node : NULL;
 	return rc;
+}
+
+/* .blocks/.put and .get: names of the root of .blocks/ that no block takes. */
+static bool wtree_reserved(const struct wnode *dir, const char *name)
+{
+	return wtree_is_blocks_root(&dir->node) && (strcmp(name, ".put") == 0 ||
+						    strcmp(name, ".get") == 0);
 }
 
 /* A new name in dir: checked, free, and not too deep or long. */
@@ -265,20 +289,20 @@ static int name_free_locked(struct wtree *w, struct wnode *dir, const char *name
 	int rc = dir_usable_locked(dir);
 
 	if (rc == 0)
-		rc = wtree_name_check(name);
-	if (rc == 0 && wnode_depth_locked(dir) + 1 > WTREE_DEPTH_MAX)
+		rc = w->p->name_check(name);
+	if (rc == 0 && wnode_depth_locked(dir) + 1 > w->p->depth_max)
 		rc = -ENAMETOOLONG;
 	if (rc == 0 && (wnode_path_locked(dir, path, sizeof(path)) < 0 ||
-			strlen(path) + 1 + strlen(name) > WTREE_PATH_MAX))
+			strlen(path) + 1 + strlen(name) > w->p->path_max))
 		rc = -ENAMETOOLONG;
-	if (rc == 0 && wnode_find_locked(w, dir, name))
+	if (rc == 0 && (wnode_find_locked(w, dir, name) || wtree_reserved(dir, name)))
 		rc = -EEXIST;
 	return rc;
 }
 
 int wtree_mkdir(struct tree *t, struct node *node, const char *name, struct node **out)
 {
-	struct wtree *w = t->cache;
+	struct wtree *w = wtree_of(node);
 	struct wnode *dir = wnode_of(node), *n = NULL;
 
 	pthread_mutex_lock(&w->mu);
@@ -293,7 +317,7 @@ int wtree_mkdir(struct tree *t, struct node *node, const char *name, struct node
 	if (rc < 0 && n)
 		node_unref(&n->node, 1);
 	if (rc < 0 && rc != -EEXIST && rc != -ENOENT && rc != -ENAMETOOLONG && rc != -EINVAL)
-		log_err("cache: mkdir %.255s: %s", name, strerror(-rc));
+		log_err("%s: mkdir %.255s: %s", w->p->label, name, strerror(-rc));
 	*out = rc == 0 ? &n->node : NULL; /* its creation reference becomes the kernel's */
 	return rc;
 }
@@ -326,7 +350,7 @@ static void drop_tree_locked(struct wtree *w, struct wnode *dir)
 
 int wtree_rmdir(struct tree *t, struct node *node, const char *name)
 {
-	struct wtree *w = t->cache;
+	struct wtree *w = wtree_of(node);
 	struct wnode *dir = wnode_of(node);
 
 	pthread_mutex_lock(&w->mu);
@@ -344,7 +368,7 @@ int wtree_rmdir(struct tree *t, struct node *node, const char *name)
 
 int wtree_unlink(struct tree *t, struct node *node, const char *name)
 {
-	struct wtree *w = t->cache;
+	struct wtree *w = wtree_of(node);
 	struct wnode *dir = wnode_of(node);
 
 	pthread_mutex_lock(&w->mu);
@@ -391,10 +415,10 @@ static int rename_onto_locked(struct wtree *w, struct wnode *src, struct wnode *
 		return 0;
 	}
 	if (src->size != dst->size || memcmp(src->sha, dst->sha, 32) != 0) {
-		counter_inc(&w->t->metrics.cache_collisions);
+		counter_inc(w->c.collisions);
 		if (wnode_path_locked(dst, path, sizeof(path)) < 0)
 			strcpy(path, dst->name);
-		log_info("cache: rename onto .cache/%.400s, which holds other bytes: they stay",
+		log_info("%s: rename onto %s/%.400s, which holds other bytes: they stay", w->p->label, w->p->mount_name,
 			 path);
 	}
 	wfile_drop_locked(w, src);
@@ -449,7 +473,7 @@ static struct wnode *file_find(struct wtree *w, struct wnode *dir, const char *n
 static int rename_claim(struct tree *t, struct wnode *fdir, const char *from,
 			struct wnode *tdir, const char *to, char spath[WTREE_PATH_MAX + 2])
 {
-	struct wtree *w = t->cache;
+	struct wtree *w = fdir->tree;
 	char path[WTREE_PATH_MAX + 2];
 	struct wvalue theirs = { 0 };
 	struct wnode *src = file_find(w, fdir, from, spath, WTREE_PATH_MAX + 2), *n = NULL;
@@ -463,15 +487,15 @@ static int rename_claim(struct tree *t, struct wnode *fdir, const char *from,
 		claimed = wcluster_claim(w, path, fd, src->size, src->sha, &theirs);
 		close(fd);
 	}
-	if (claimed == 1 && wfile_adopt(t, tdir, to, &theirs, &n) == 0) {
+	if (claimed == 1 && wfile_adopt(t, tdir, to, &theirs, true, &n) == 0) {
 		node_unref(&n->node, 1);
 		pthread_mutex_lock(&w->mu);
 		if (src->state == WNODE_LIVE && src->parent == fdir)
 			wfile_drop_locked(w, src);
 		pthread_mutex_unlock(&w->mu);
-		counter_inc(&t->metrics.cache_collisions);
-		log_info("cache: .cache/%.400s was committed first by another node with other "
-			 "bytes; those stay", path);
+		counter_inc(w->c.collisions);
+		log_info("%s: %s/%.400s was committed first by another node with other "
+			 "bytes; those stay", w->p->label, w->p->mount_name, path);
 	} else {
 		claimed = 0;
 	}
@@ -539,7 +563,7 @@ static void moved_collect_locked(struct wnode *dir, struct moved_files *m)
  * node keeps its own (counted, logged). */
 static void rename_dir_publish(struct tree *t, struct wnode *dir)
 {
-	struct wtree *w = t->cache;
+	struct wtree *w = dir->tree;
 	struct moved_files m = { 0 };
 
 	pthread_mutex_lock(&w->mu);
@@ -551,9 +575,9 @@ static void rename_dir_publish(struct tree *t, struct wnode *dir)
 		int fd = openat(w->root_fd, m.v[i].path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd >= 0 && wcluster_claim(w, m.v[i].path, fd, m.v[i].size, m.v[i].sha,
 					      &theirs) == 1) {
-			counter_inc(&t->metrics.cache_collisions);
-			log_info("cache: .cache/%.400s is in the cluster with other bytes from another "
-				 "node; this node keeps its own", m.v[i].path);
+			counter_inc(w->c.collisions);
+			log_info("%s: %s/%.400s is in the cluster with other bytes from another "
+				 "node; this node keeps its own", w->p->label, w->p->mount_name, m.v[i].path);
 		}
 		wvalue_free(&theirs);
 		if (fd >= 0)
@@ -566,9 +590,13 @@ static void rename_dir_publish(struct tree *t, struct wnode *dir)
 int wtree_rename(struct tree *t, struct node *from_node, const char *from, struct node *to_node,
 		 const char *to, unsigned flags)
 {
-	struct wtree *w = t->cache;
+	struct wtree *w = wtree_of(from_node);
 	struct wnode *fdir = wnode_of(from_node), *tdir = wnode_of(to_node), *moved = NULL;
 
+	if (tdir->tree != w)
+		return -EXDEV;
+	if (!w->p->renames)
+		return -EPERM; /* a block's name is its key */
 	if (flags & ~1u) /* RENAME_NOREPLACE only: an exchange would unsettle committed names */
 		return -EINVAL;
 	char spath[WTREE_PATH_MAX + 2] = "";
@@ -610,7 +638,7 @@ int wtree_rename(struct tree *t, struct node *from_node, const char *from, struc
 		wcluster_forget(w, spath);
 	if (rc < 0 && rc != -ENOENT && rc != -EEXIST && rc != -EINVAL && rc != -ENOTDIR &&
 	    rc != -EISDIR && rc != -ENAMETOOLONG)
-		log_err("cache: rename %.255s to %.255s: %s", from, to, strerror(-rc));
+		log_err("%s: rename %.255s to %.255s: %s", w->p->label, from, to, strerror(-rc));
 	return rc;
 }
 
@@ -619,7 +647,7 @@ int wtree_rename(struct tree *t, struct node *from_node, const char *from, struc
 int wtree_create(struct tree *t, struct node *node, const char *name, int flags,
 		 struct node **out, struct handle **h, struct open_reply *r)
 {
-	struct wtree *w = t->cache;
+	struct wtree *w = wtree_of(node);
 	struct wnode *dir = wnode_of(node), *n = NULL;
 
 	*out = NULL;
@@ -688,16 +716,17 @@ int wtree_open_file(struct tree *t, struct node *node, int flags, struct handle 
  * (fetched, kept) first, at most WTREE_LIST_REMOTE_MAX of them. */
 static void list_remote(struct tree *t, struct wnode *dir)
 {
+	struct wtree *w = dir->tree;
 	char path[WTREE_PATH_MAX + 2];
 	char **names = NULL;
 	size_t count = 0;
 
-	pthread_mutex_lock(&t->cache->mu);
+	pthread_mutex_lock(&w->mu);
 	int rc = dir_usable_locked(dir);
 	if (rc == 0)
 		rc = wnode_path_locked(dir, path, sizeof(path));
-	pthread_mutex_unlock(&t->cache->mu);
-	if (rc < 0 || wcluster_members(t->cache, path, WTREE_LIST_REMOTE_MAX, &names, &count) < 0)
+	pthread_mutex_unlock(&w->mu);
+	if (rc < 0 || wcluster_members(w, path, WTREE_LIST_REMOTE_MAX, &names, &count) < 0)
 		return;
 	for (size_t i = 0; i < count; i++) {
 		struct wnode *n = NULL;
@@ -712,10 +741,10 @@ static void list_remote(struct tree *t, struct wnode *dir)
 
 void wtree_list(struct tree *t, struct node *node, wtree_list_fn fn, void *ctx)
 {
-	struct wtree *w = t->cache;
+	struct wtree *w = wtree_of(node);
 	struct wdir *d = wnode_of(node)->dir;
 
-	if (t->remote && d)
+	if (t->remote && d && w->p->renames) /* .blocks/ lists what this node holds (§7) */
 		list_remote(t, wnode_of(node));
 	pthread_mutex_lock(&w->mu);
 	for (size_t i = 0; d && i < d->nbuckets; i++)

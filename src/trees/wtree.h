@@ -1,13 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The write-once trees (DESIGN.md §9): `.cache/`, directories of files
- * that are written once, invisible until their close commits them,
- * immutable after, checked (SHA-256) before the first byte of every open,
- * bounded by use (least recently opened files go first), and kept in the
- * store across daemons. The namespace (src/ns/) dispatches the calls on
- * NODE_CACHE_DIR and NODE_CACHE_FILE nodes here; everything below is in
- * this folder.
+/* The write-once trees: directories of files that are written once,
+ * invisible until their close commits them, immutable after, checked
+ * (SHA-256) before the first byte they serve, and kept in the store across
+ * daemons. One mechanism, two policies (policy.c):
+ * - `.cache/` (DESIGN.md §9): any tool's cache files; bounded by use (least
+ *   recently opened files go first); a damaged file is a miss.
+ * - `.blocks/` (§10): upstream vLLM's auxiliary-output blocks by key; never
+ *   evicted (full: ENOSPC), idle namespace directories expire (ttl=), a
+ *   damaged block is EIO (fail closed), batches through .put and .get.
+ * The namespace (src/ns/) dispatches the calls on NODE_CACHE_DIR and
+ * NODE_CACHE_FILE nodes (of either tree: a node knows its tree) here;
+ * everything below is in this folder.
  *
- * Store layout: <store>/cache/ mirrors the tree; a committed file is a
+ * Store layout: <store>/cache/ (<store>/blocks/) mirrors the tree; a committed file is a
  * header of WTREE_HEADER bytes (magic, size, SHA-256) and its bytes. A
  * file being written is an unnamed temporary file of the store until its
  * commit links it in (a crash leaves nothing). A node is known to the next
@@ -21,19 +26,25 @@
 
 #include "state/base.h"
 
-#define WTREE_DIR_NAME "cache"      /* the store's directory of the tree */
-#define WTREE_MOUNT_NAME ".cache"   /* its name in the mount's root */
-#define WTREE_DEPTH_MAX 32          /* directories below .cache/ */
-#define WTREE_PATH_MAX 4000         /* bytes of a path below .cache/ */
+#define WTREE_MOUNT_NAME ".cache"   /* the cache tree's name in the mount's root */
+#define WBLOCKS_MOUNT_NAME ".blocks"/* the blocks tree's */
+#define WTREE_DEPTH_MAX 256         /* directories below a tree's root (.cache/: 32) */
+#define WTREE_PATH_MAX 4000         /* bytes of a path below a tree's root */
 
-/* Opens the tree in the store and indexes what it holds (a fresh start
- * or a takeover alike: what the daemon before committed is in the store).
- * 0 or -errno with why in err. */
-int wtree_open(struct tree *t, char *err, size_t errlen);
-void wtree_close(struct tree *t);
+enum wtree_kind { WTREE_CACHE, WTREE_BLOCKS };
 
-/* The tree's root directory node (.cache), referenced. */
-struct node *wtree_root(struct tree *t);
+/* Opens the tree of kind in the store and indexes what it holds (a fresh
+ * start or a takeover alike: what the daemon before committed is in the
+ * store); t->cache or t->blocks from then on. 0 or -errno with why in err. */
+int wtree_open(struct tree *t, enum wtree_kind kind, char *err, size_t errlen);
+void wtree_close(struct tree *t, enum wtree_kind kind);
+
+/* The tree's root directory node (.cache, .blocks), referenced. */
+struct node *wtree_root(struct wtree *w);
+/* The tree a node of it (NODE_CACHE_DIR, NODE_CACHE_FILE) is part of. */
+struct wtree *wtree_of(const struct node *n);
+/* Whether n is the root of the .blocks tree (where .put and .get are). */
+bool wtree_is_blocks_root(const struct node *n);
 
 /* Calls on the tree's nodes, as the namespace's (ns/tree.h) are. */
 int wtree_getattr(struct tree *t, struct node *n, struct stat *st, double *timeout);
@@ -74,6 +85,16 @@ void wtree_describe(const struct node *n, struct held_node *d);
 struct node *wtree_revive(struct tree *t, const struct held_node *r);
 
 /* The tree's gauges for .artfs/metrics. */
-void wtree_gauges(struct tree *t, uint64_t *bytes, uint64_t *files, uint64_t *capacity);
+void wtree_gauges(struct wtree *w, uint64_t *bytes, uint64_t *files, uint64_t *capacity);
+
+/* .blocks/.put and .blocks/.get (DESIGN.md §10): each open is one
+ * transaction (blocks_put.c, blocks_get.c). */
+int wblocks_put_open(struct tree *t, struct handle **h, struct open_reply *r);
+int wblocks_get_open(struct tree *t, struct handle **h, struct open_reply *r);
+
+/* .blocks/ (DESIGN.md §10): ttl= collection of its idle namespace
+ * directories (from the expiry sweep and before a full tree answers
+ * ENOSPC): blocks removed, 0 when none. */
+uint64_t wblocks_collect(struct tree *t, int64_t now);
 
 #endif

@@ -2,7 +2,8 @@
 /* What the files of src/trees/ share: the nodes of a write-once tree and
  * the tree itself and what a next daemon finds them by (nodes.c), its
  * store (disk.c), its open files (file.c), the namespace calls (ops.c),
- * names (names.h). Calls run ops -> file -> disk -> nodes. */
+ * names (names.h), the two trees' policies (policy.c), .blocks/'s batches
+ * and expiry (blocks_*.c). Calls run blocks -> ops -> file -> disk -> nodes. */
 #ifndef ARTFS_TREES_WTREE_I_H
 #define ARTFS_TREES_WTREE_I_H
 
@@ -12,13 +13,39 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "lib/counter.h"
 #include "state/base.h"
 #include "store/store.h"
 #include "trees/wtree.h"
 
 #define WTREE_HEADER 64
 #define WTREE_MAGIC "ARTFSWO1" /* 8 bytes: the header's first */
-#define WTREE_TMP_DIR "cache-tmp"
+
+/* The counters of a tree in .artfs/metrics (state/metrics.h). */
+struct wcounters {
+	counter_t *hits, *misses, *remote_hits, *commits, *collisions, *evictions, *damaged;
+};
+
+/* What sets the two trees apart (policy.c). */
+struct wpolicy {
+	const char *label;       /* logs: "cache", "blocks" */
+	const char *mount_name;  /* ".cache" */
+	const char *store_dir;   /* <store>/cache */
+	const char *tmp_dir;     /* <store>/cache-tmp: files being written */
+	const char *remote_kind; /* <prefix>:<kind>:<path> in the cluster */
+	unsigned depth_max;      /* directories below the root */
+	size_t path_max;         /* bytes of a path below the root */
+	int (*name_check)(const char *name); /* one component */
+	bool evict;              /* full: least recently opened files go (else ENOSPC) */
+	bool damaged_is_miss;    /* a damaged file is dropped (else it stays, EIO) */
+	bool check_every_open;   /* SHA-256 at every open (else when the store file changed) */
+	bool renames;            /* rename within the tree (else EPERM) */
+	bool cluster_sets;       /* directories named in sets of the cluster (listings) */
+	bool cluster_required;   /* a commit the cluster did not take fails (EIO) */
+};
+
+const struct wpolicy *wpolicy_of(enum wtree_kind kind);
+void wpolicy_counters(struct tree *t, enum wtree_kind kind, struct wcounters *c);
 
 enum wnode_state {
 	WNODE_PENDING = 1, /* a file being written: in no directory */
@@ -48,6 +75,7 @@ struct wnode {
 	struct timespec checked_mtime, checked_ctime;
 	bool checked;
 	int64_t mtime;           /* seconds: commit, or a directory's last change */
+	int64_t used;            /* seconds: a directory's last commit or open of a file in it */
 	char *name;              /* its name in parent (tree lock) */
 };
 
@@ -60,8 +88,11 @@ struct wdir {
 
 struct wtree {
 	pthread_mutex_t mu;      /* the nodes, their names and states, the byte count */
+	const struct wpolicy *p;
+	enum wtree_kind kind;
+	struct wcounters c;
 	struct wnode *root;
-	int root_fd;             /* <store>/cache */
+	int root_fd;             /* <store>/cache (blocks) */
 	int tmp_fd;              /* <store>/cache-tmp: files being written, by name, so that
 				  * a next daemon opens them again (a crash, an upgrade) */
 	struct wnode **inos;     /* by store inode number */
@@ -73,6 +104,7 @@ struct wtree {
 	uint64_t reserved;       /* bytes written to files not committed yet */
 	uint64_t files;          /* committed files */
 	uint64_t capacity, max_file;
+	int64_t ttl;             /* .blocks/: seconds a namespace directory may stay idle; 0: ever */
 	uint64_t seed;
 	struct tree *t;          /* the tree it is part of (its metrics, its store) */
 	/* Until when (CLOCK_MONOTONIC ns) the cluster is not asked: it was
@@ -121,6 +153,10 @@ int wdisk_link_locked(struct wtree *w, struct wnode *n, struct store_tmp *tmp);
 /* A store file's header checked against its size; 0 or -EBADMSG. */
 int wdisk_header_read(int fd, struct wheader *hd, uint64_t file_size);
 
+/* ops.c: dir/name as a directory here (made now, or by another call
+ * meanwhile); *out referenced. */
+int wdir_make(struct wtree *w, struct wnode *dir, const char *name, struct wnode **out);
+
 /* nodes.c: what the next daemon finds n by (held.h), and that record
  * brought up to date after a commit or a rename (not under the tree's
  * lock: the ids' lock comes first). */
@@ -133,6 +169,10 @@ void wtree_redescribe(struct wtree *w, struct wnode *n);
 void wfile_drop_locked(struct wtree *w, struct wnode *n);
 int wfile_create(struct tree *t, struct wnode *n, struct handle **h);
 int wfile_open(struct tree *t, struct wnode *n, struct handle **h);
+/* The bytes of the committed file n (size bytes, n->size when it was
+ * found) into dst, checked against its SHA-256: 0, -EIO (damaged: logged
+ * and counted), -ESTALE (gone meanwhile), -errno. */
+int wfile_load(struct tree *t, struct wnode *n, uint8_t *dst, uint64_t size);
 /* The temporary file of a handle wfile_create made. */
 int wfile_fd(struct handle *h);
 /* The pending file n's writer whose daemon died or drained: its handle
@@ -146,11 +186,17 @@ void wfile_recorded(struct tree *t, struct handle *h);
  * until need more bytes fit; -ENOSPC when they cannot. */
 int wfile_make_room_locked(struct tree *t, struct wtree *w, uint64_t need);
 struct wvalue;
-/* A file fetched from the cluster (checked), written to the store and
- * linked in as dir/name as a local commit would be; *out referenced. When
- * the name was placed meanwhile, that entry is *out. 0 or -errno. */
+/* A file whose bytes are in memory (fetched from the cluster: fetched,
+ * counted as a remote hit; a .blocks/.put record: counted as a commit),
+ * checked, written to the store and linked in as dir/name as a local
+ * commit would be; *out referenced. When the name was placed meanwhile,
+ * that entry is *out. 0 or -errno. */
 int wfile_adopt(struct tree *t, struct wnode *dir, const char *name, const struct wvalue *v,
-		struct wnode **out);
+		bool fetched, struct wnode **out);
+
+/* blocks_expiry.c: .blocks/'s idle namespace directories collected
+ * (ttl=); blocks removed. */
+uint64_t wblocks_collect_locked(struct wtree *w, int64_t now);
 
 /* cluster.c: the tree across nodes (remote=). Each call waits on the
  * cluster (at most remote_timeout): never under the tree's lock. */
@@ -163,13 +209,25 @@ void wvalue_free(struct wvalue *v);
  * cache_max_file= bytes): 0, -ENOENT absent, -EBADMSG failed its check
  * (logged: never served), -EIO the cluster unreachable (the client logged). */
 int wcluster_fetch(struct wtree *w, const char *path, struct wvalue *out);
+/* Many at once (a .blocks/.get's misses), one pipelined round per node:
+ * results[i] as wcluster_fetch answers for paths[i], out[i] its value
+ * when 0. Returns -ENOMEM, -EIO (nothing answered), or 0 / the first
+ * result that is not 0. */
+int wcluster_fetch_many(struct wtree *w, size_t n, const char *const *paths,
+			struct wvalue *out, int *results);
 /* A file about to be committed at path (fd: its store file, header
  * first): written to the cluster once (SET NX) and named in the sets of
  * the directories above it. 0: its bytes stand (put, identical, or the
- * cluster unreachable); 1: another node committed other bytes first, and
- * they are in *theirs, checked. */
+ * cluster unreachable: .cache/); 1: another node committed other bytes
+ * first, and they are in *theirs, checked; -errno (.blocks/ only): the
+ * cluster did not take it. */
 int wcluster_claim(struct wtree *w, const char *path, int fd, uint64_t size,
 		   const uint8_t sha[32], struct wvalue *theirs);
+/* The same for a value in memory (a .blocks/.put record). For .blocks/
+ * (cluster_required), a cluster that does not take it is -EIO (or the
+ * client's errno: -ENOSPC), and nothing may be committed. */
+int wcluster_claim_value(struct wtree *w, const char *path, const struct wvalue *v,
+			 struct wvalue *theirs);
 /* path's name leaves its directory's set in the cluster (a file renamed
  * away here: a temporary name other nodes need not list); its value stays
  * until it expires. */

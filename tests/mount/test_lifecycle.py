@@ -29,7 +29,7 @@ def test_idle_versions_are_collected_after_ttl(make_mount):
         assert read_result(m.path("busy", "00")) == npy_bytes(routed_experts(16))
         time.sleep(0.3)
     assert not os.path.exists(m.path("idle"))
-    assert sorted(os.listdir(m.mountpoint)) == [".artfs", ".cache", ".keys", "busy", "held"]
+    assert sorted(os.listdir(m.mountpoint)) == [".artfs", ".blocks", ".cache", ".keys", "busy", "held"]
     assert not os.path.exists(m.store_file("idle", ""))
     met = m.metrics()
     assert met["artfs_versions_collected_total"] == 1

@@ -14,7 +14,7 @@ WV = "default"
 
 
 def test_empty_mount(mnt):
-    assert sorted(os.listdir(mnt.mountpoint)) == [".artfs", ".cache", ".keys"]
+    assert sorted(os.listdir(mnt.mountpoint)) == [".artfs", ".blocks", ".cache", ".keys"]
     st = os.stat(mnt.mountpoint)
     assert stat.S_ISDIR(st.st_mode)
     # attach: the socket engines fetch weight slabs on, bound by the daemon
@@ -51,7 +51,7 @@ def test_mkdir_existing_and_mkdir_p(mnt):
         os.mkdir(mnt.path(WV))
     subprocess.run(["mkdir", "-p", mnt.path(WV)], check=True)
     subprocess.run(["mkdir", "-p", mnt.path("other")], check=True)
-    assert sorted(os.listdir(mnt.mountpoint)) == [".artfs", ".cache", ".keys", WV, "other"]
+    assert sorted(os.listdir(mnt.mountpoint)) == [".artfs", ".blocks", ".cache", ".keys", WV, "other"]
 
 
 def test_rmdir_and_rm_rf(mnt):
