@@ -465,6 +465,17 @@ def test_a_full_tree_refuses_and_evicts_nothing(make_mount):
     store.put([BlockObject(kept[0], payload_of(kept[0], size))])
 
 
+def test_a_get_past_materialize_max_is_refused_whole(make_mount):
+    m = with_blocks(make_mount(materialize_max="1M", max_object="600K"))
+    store = ArtfsBlockObjectStore(object_nbytes=500_000, mount=m.mountpoint)
+    keys = [f"vllm-artifact/0/{h.hex()}" for h in hashes(3)]
+    store.put([BlockObject(k, payload_of(k, 500_000)) for k in keys])
+    assert store.get_concatenated(keys[:2]) == b"".join(payload_of(k, 500_000) for k in keys[:2])
+    with pytest.raises(BlockObjectStoreError, match="materialize_max=") as e:
+        store.get_concatenated(keys)
+    assert e.value.__cause__.errno == errno.ENOMEM
+
+
 def test_the_first_block_under_a_key_stays(bmnt):
     store = ArtfsBlockObjectStore(object_nbytes=64, mount=bmnt.mountpoint)
     key = "vllm-artifact/0/" + "dd" * 32

@@ -158,8 +158,8 @@ def get(keys: Sequence[str], mount: str | None = None, expect: int = 0) -> bytes
     that asks for EOF. Raises ValueError for a malformed key (nothing is
     sent), OSError with the daemon's errno otherwise: ENOENT when a key is
     absent, EIO when a block fails its check (also a cluster that does
-    not answer), E2BIG or EFBIG for an answer over materialize_max=; the
-    message names the first key to blame."""
+    not answer), ENOMEM for an answer over materialize_max=; the message
+    names the first key to blame."""
     if not keys:
         return b""
     _check_keys(keys)

@@ -232,21 +232,24 @@ _BLOCK_MEANINGS = {
                "answer)",
     errno.ENOSPC: "auxiliary output store cannot retain the requested batch: the artfs "
                   "blocks tree is full (blocks_capacity=; nothing is evicted)",
-    errno.EFBIG: "auxiliary output object is larger than artfs takes",
+    errno.EFBIG: "auxiliary output object is larger than artfs takes (max_object=)",
     errno.EBADMSG: "artfs refused a malformed auxiliary output record",
     errno.EINVAL: "artfs refused a malformed auxiliary output record",
     errno.EACCES: "this user may not put blocks on the artfs mount (its mode bits say no)",
+    errno.ENOMEM: "artfs holds too much for open transactions (materialize_max=) to take "
+                  "this batch",
     errno.EEXIST: "auxiliary output key collides with another's path in artfs (a block "
                   "where its directory would be, or the reverse)",
 }
-# A .get's answer over materialize_max= (EFBIG is also a put's too-large block).
-_GET_TOO_LARGE = "auxiliary output request is larger than artfs answers at once " \
-                 "(materialize_max=); ask for fewer keys"
+# A .get's answer that does not fit in what the daemon holds for all open
+# transactions (materialize_max=): ENOMEM, as for .keys/.get.
+_GET_TOO_LARGE = "auxiliary output request is larger than artfs holds for open " \
+                 "transactions (materialize_max=); ask for fewer keys at once"
 
 
 def _block_error(code: int, detail: str, *, get: bool = False) -> BlockObjectStoreError:
     """vLLM's exception for a daemon errno of .blocks/."""
-    if get and code in (errno.E2BIG, errno.EFBIG):
+    if get and code == errno.ENOMEM:
         meaning = _GET_TOO_LARGE
     else:
         meaning = _BLOCK_MEANINGS.get(code, "artfs auxiliary output store failed")
@@ -291,7 +294,7 @@ def get_concatenated(keys: Sequence[str], mount: str | None = None) -> bytes:
     layers, top_k) is the request's routed experts, as vLLM's
     materialize_routed_experts makes them. Raises BlockObjectStoreError:
     a key missing (the message says "does not exist") or malformed, a
-    block that fails its check, more bytes than materialize_max=."""
+    block that fails its check, an answer over materialize_max= (ENOMEM)."""
     return _get_concatenated(keys, mount_point(mount), None)
 
 
