@@ -404,6 +404,7 @@ def test_a_damaged_block_fails_closed(bmnt):
     with pytest.raises(OSError) as e:
         blocks.read(keys[1], bmnt.mountpoint)
     assert e.value.errno == errno.EIO
+    assert bmnt.metrics()["artfs_blocks_damaged_total"] >= 1
     # The others are whole.
     assert store.get_concatenated([keys[0], keys[2]]) == \
         rows[:BLOCK].tobytes() + rows[2 * BLOCK:].tobytes()
@@ -483,6 +484,7 @@ def test_the_first_block_under_a_key_stays(bmnt):
     store.put([BlockObject(key, b"A" * 64)])  # identical: 0
     store.put([BlockObject(key, b"B" * 64)])  # other bytes: the first stays, no error
     assert store.get_concatenated([key]) == b"A" * 64
+    assert bmnt.metrics()["artfs_blocks_collisions_total"] == 1  # counted
     # Within one put a key given twice is put once, with its last payload,
     # as vLLM's stores do.
     twice = "vllm-artifact/0/" + "ee" * 32
