@@ -47,9 +47,11 @@ ARTFS_VLLM_DISABLE=1 turns it off.
 from __future__ import annotations
 
 import errno
+import importlib
 import logging
 import os
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Protocol
@@ -450,8 +452,6 @@ def _use_aux_outputs(mnt: str) -> tuple[str, bool] | None:
     worker imported later, in the worker module if it is imported already.
     The worker module itself (torch, the model executor) is not imported
     here."""
-    import importlib
-    import sys
     try:
         store = importlib.import_module(f"{_AUX}.store")
     except ImportError:
