@@ -16,6 +16,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -557,6 +558,43 @@ def test_blocks_outlive_a_killed_daemon(bmnt):
     np.testing.assert_array_equal(materialize(store, keys, U8[0]), rows)
     assert get_concatenated(keys[::-1], mount=bmnt.mountpoint) == b"".join(
         rows[i * BLOCK:(i + 1) * BLOCK].tobytes() for i in range(15, -1, -1))
+
+
+def test_puts_across_kills_fail_whole_and_their_retry_succeeds(bmnt):
+    """Puts go on while the daemon is killed three times: each returns or
+    raises BlockObjectStoreError whose cause is EIO (the batch the old
+    daemon had), and the same put again succeeds; then every block is
+    there, whole."""
+    store = ArtfsBlockObjectStore(object_nbytes=nbytes(U8), mount=bmnt.mountpoint)
+    keys = [f"vllm-artifact/0/{h.hex()}" for h in hashes(64 * 30)]
+    stop, failed = threading.Event(), []
+
+    def engine():
+        for i in range(0, len(keys), 64):
+            batch = [BlockObject(k, payload_of(k, nbytes(U8))) for k in keys[i:i + 64]]
+            while True:
+                try:
+                    store.put(batch)
+                    break
+                except BlockObjectStoreError as e:
+                    failed.append(e)
+                    if e.__cause__ is None or e.__cause__.errno != errno.EIO or \
+                            "putting it again is safe" not in str(e) or len(failed) > 20:
+                        stop.set()
+                        raise
+        stop.set()
+
+    thread = threading.Thread(target=engine)
+    thread.start()
+    for _ in range(3):
+        if stop.wait(0.05):
+            break
+        pid = bmnt.kill_daemon()
+        bmnt.wait_daemon_other_than(pid)
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    assert all(e.__cause__.errno == errno.EIO for e in failed), failed
+    assert store.get_concatenated(keys) == b"".join(payload_of(k, nbytes(U8)) for k in keys)
 
 
 PROCESSES, ROUNDS, PER_PUT = 6, 12, 16

@@ -243,6 +243,10 @@ _BLOCK_MEANINGS = {
     errno.EEXIST: "auxiliary output key collides with another's path in artfs (a block "
                   "where its directory would be, or the reverse)",
 }
+# A .put that failed whole: its daemon was replaced during it (§8), or the
+# cluster did not answer; what it committed is whole, and a retry is safe.
+_PUT_FAILED = "artfs did not finish the auxiliary output batch (its daemon restarted, or " \
+              "the cluster did not answer); putting it again is safe"
 # A .get's answer that does not fit in what the daemon holds for all open
 # transactions (materialize_max=): ENOMEM, as for .keys/.get.
 _GET_TOO_LARGE = "auxiliary output request is larger than artfs holds for open " \
@@ -253,6 +257,8 @@ def _block_error(code: int, detail: str, *, get: bool = False) -> BlockObjectSto
     """vLLM's exception for a daemon errno of .blocks/."""
     if get and code == errno.ENOMEM:
         meaning = _GET_TOO_LARGE
+    elif not get and code == errno.EIO:
+        meaning = _PUT_FAILED
     else:
         meaning = _BLOCK_MEANINGS.get(code, "artfs auxiliary output store failed")
     return BlockObjectStoreError(f"{meaning}: {detail} ({errno.errorcode.get(code, code)})")
