@@ -164,6 +164,18 @@ int attr_get(struct tree *t, struct node *n, struct stat *st, double *timeout)
 	return 0;
 }
 
+/* .blocks/.put publishes (who may create files, as .keys/.put); .blocks/.get
+ * only reads (every user, as .keys/.get). */
+int attr_blocks_batch(struct tree *t, struct node *n, struct stat *st, double *timeout)
+{
+	(void)timeout;
+	if (n == &t->blocks_put)
+		put_stat(t, n, st);
+	else
+		transaction_stat(t, n, st);
+	return 0;
+}
+
 int attr_keys_dir(struct tree *t, struct node *n, struct stat *st, double *timeout)
 {
 	stat_common(t, n, st, S_IFDIR | 0777);

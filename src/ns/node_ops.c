@@ -89,11 +89,11 @@ static const struct node_ops kinds[] = {
 		.revive = wtree_revive,
 	},
 	[NODE_BLOCKS_PUT] = { /* .blocks/.put */
-		.getattr = attr_get,
+		.getattr = attr_blocks_batch,
 		.open = files_open_blocks_batch,
 	},
 	[NODE_BLOCKS_GET] = { /* .blocks/.get */
-		.getattr = attr_get,
+		.getattr = attr_blocks_batch,
 		.open = files_open_blocks_batch,
 	},
 	[NODE_CACHE_FILE] = { /* a file under .cache or .blocks */

@@ -63,6 +63,7 @@ int files_open_put(struct tree *t, struct node *n, int flags, struct handle **h,
 		   struct open_reply *r);
 int files_open_get(struct tree *t, struct node *n, int flags, struct handle **h,
 		   struct open_reply *r);
+int attr_blocks_batch(struct tree *t, struct node *n, struct stat *st, double *timeout);
 int files_open_blocks_batch(struct tree *t, struct node *n, int flags, struct handle **h,
 			    struct open_reply *r);
 int files_open_cache(struct tree *t, struct node *n, int flags, struct handle **h,

@@ -80,6 +80,8 @@ static int reopen(struct tree *t, const struct held_handle *rec, struct handle *
 	case HANDLE_WEIGHTS_PUBLISH:
 		break; /* a publish that died with the daemon */
 	case HANDLE_BLOCKS_PUT: /* records in flight died with the daemon: EIO once */
+		if (state == REVIVE_HANDED) /* drained for an upgrade: it goes on */
+			return wblocks_put_resume(t, held_text(&t->held, rec), rec->text_len, h);
 		if (state != REVIVE_FRESH)
 			break;
 		return files_open_node(t, n, rec->flags, h, &r);

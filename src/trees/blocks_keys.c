@@ -121,10 +121,14 @@ int wblocks_place(struct tree *t, struct wtree *w, const char *key, size_t len,
 	if (rc < 0)
 		return rc;
 	const struct wvalue *kept = rc == 1 ? &theirs : v;
-	rc = parent_make(w, key, len, &dir, last);
-	if (rc == 0) {
-		rc = wfile_adopt(t, dir, last, kept, fetched, &n);
-		node_unref(&dir->node, 1);
+	/* Its directory may be collected (ttl=) between its making and the
+	 * link: made again, a few times. */
+	for (int tries = 0; tries < 3 && (tries == 0 || rc == -ENOENT); tries++) {
+		rc = parent_make(w, key, len, &dir, last);
+		if (rc == 0) {
+			rc = wfile_adopt(t, dir, last, kept, fetched, &n);
+			node_unref(&dir->node, 1);
+		}
 	}
 	if (rc == 0 && n->dir) {
 		node_unref(&n->node, 1);

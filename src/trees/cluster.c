@@ -4,11 +4,13 @@
  * or "blk"), its SHA-256 then its bytes, created once (SET NX: the first
  * stays); each directory above it names its child in the set
  * <prefix>:<kind>dir:<dir path> (the root's is <prefix>:<kind>dir:), so
- * that a directory exists remotely when some file under it does. Every call here waits on the cluster (bounded by
- * remote_timeout): never under the tree's lock, and only on threads that
- * may wait (the namespace answers "not quick" for the tree with remote=).
- * The cluster unreachable is a miss; the client logs and counts its
- * failures (artfs_remote_errors_total). */
+ * that a directory exists remotely when some file under it does (a
+ * .blocks/ block is named in no set: it is found by its key). Every call
+ * here waits on the cluster (bounded by remote_timeout): never under the
+ * tree's lock, and only on threads that may wait (the namespace answers
+ * "not quick" for the tree with remote=). For .cache/ the cluster
+ * unreachable is a miss, for .blocks/ an error (EIO); the client logs and
+ * counts its failures (artfs_remote_errors_total). */
 #include "autoconf.h"
 
 #include <errno.h>

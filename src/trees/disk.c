@@ -166,7 +166,8 @@ int wdisk_scan(struct tree *t, struct wtree *w)
 	scan_dir(&s, w->root, w->root_fd, 0);
 	pthread_mutex_unlock(&w->mu);
 	log_info("%s: %llu files, %llu bytes in the store%s", w->p->label,
-		 (unsigned long long)w->files, (unsigned long long)w->bytes, s.dropped ? " (some entries dropped: see above)" : "");
+		 (unsigned long long)w->files, (unsigned long long)w->bytes,
+		 s.dropped ? " (some entries dropped: see above)" : "");
 	return 0;
 }
 

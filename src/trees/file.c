@@ -32,7 +32,8 @@ void wfile_drop_locked(struct wtree *w, struct wnode *n)
 	int rc = wdisk_remove_locked(w, n);
 
 	if (rc < 0 && wnode_path_locked(n, path, sizeof(path)) == 0)
-		log_warn("%s: removing %s/%.400s from the store: %s", w->p->label, w->p->mount_name, path, strerror(-rc));
+		log_warn("%s: removing %s/%.400s from the store: %s", w->p->label,
+			 w->p->mount_name, path, strerror(-rc));
 	w->bytes -= n->size;
 	w->files--;
 	wnode_detach_locked(w, n);
@@ -63,7 +64,8 @@ int wfile_make_room_locked(struct tree *t, struct wtree *w, uint64_t need)
 		return w->p->evict ? -ENOSPC : refuse_locked(w);
 	while (w->bytes + w->reserved + need > w->capacity) {
 		struct wnode *n = w->lru.lru_next;
-		if (!w->p->evict && !(w->ttl && wblocks_collect_locked(w, clock_now())))
+		if (!w->p->evict && !(w->ttl && w->p->collect_locked &&
+				      w->p->collect_locked(w, clock_now())))
 			return refuse_locked(w);
 		if (!w->p->evict)
 			continue; /* collected: look again */
@@ -138,7 +140,8 @@ static int write_op(struct tree *t, struct handle *h, uint64_t off, const void *
 		rc = store_pwrite_all(f->tmp.fd, buf, len, (off_t)(off + WTREE_HEADER));
 	if (rc < 0) {
 		if (rc != -EFBIG && rc != -ENOSPC)
-			log_err("%s: writing %.255s: %s", f->n->tree->p->label, f->n->name, strerror(-rc));
+			log_err("%s: writing %.255s: %s", f->n->tree->p->label, f->n->name,
+				strerror(-rc));
 		f->error = rc;
 		return rc;
 	}
@@ -348,8 +351,8 @@ static int flush_op(struct tree *t, struct handle *h, uint64_t owner)
 
 	if (owner == TREE_OWNER_KILLED && !f->ended) {
 		drop(f);
-		log_info("%s: %.255s dropped: its writer was killed before it closed it", f->n->tree->p->label,
-			 f->n->name);
+		log_info("%s: %.255s dropped: its writer was killed before it closed it",
+			 f->n->tree->p->label, f->n->name);
 		return 0;
 	}
 	if (f->ended || !f->written || (owner && f->owner && owner != f->owner))
@@ -378,8 +381,8 @@ static void write_release(struct tree *t, struct handle *h)
 		commit(t, f);
 	} else { /* its writer's close never came (the daemon stops; another table closed) */
 		drop(f);
-		log_info("%s: %.255s dropped: released before its writer closed it", f->n->tree->p->label,
-			 f->n->name);
+		log_info("%s: %.255s dropped: released before its writer closed it",
+			 f->n->tree->p->label, f->n->name);
 	}
 	struct wtree *w = tree_of_node(f->n);
 	pthread_mutex_lock(&w->mu);

@@ -238,6 +238,8 @@ static int lookup_remote(struct tree *t, struct wnode *dir, const char *name, st
 	}
 	if (rc != -ENOENT) /* unreachable: asking again for the directory waits again */
 		return rc == -EBADMSG ? -ENOENT : -EIO;
+	if (!w->p->renames) /* .blocks/: a directory is named in its parent's set */
+		return wcluster_named(w, path) ? wdir_make(w, dir, name, out) : -ENOENT;
 	rc = wcluster_members(w, path, 1, &names, &count);
 	remote_members_free(names, count);
 	if (rc < 0 || count == 0)
@@ -418,8 +420,8 @@ static int rename_onto_locked(struct wtree *w, struct wnode *src, struct wnode *
 		counter_inc(w->c.collisions);
 		if (wnode_path_locked(dst, path, sizeof(path)) < 0)
 			strcpy(path, dst->name);
-		log_info("%s: rename onto %s/%.400s, which holds other bytes: they stay", w->p->label, w->p->mount_name,
-			 path);
+		log_info("%s: rename onto %s/%.400s, which holds other bytes: they stay",
+			 w->p->label, w->p->mount_name, path);
 	}
 	wfile_drop_locked(w, src);
 	return 0;

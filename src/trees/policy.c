@@ -36,6 +36,7 @@ static const struct wpolicy policies[] = {
 		.name_check = wblocks_segment_check,
 		.check_every_open = true,
 		.cluster_required = true,
+		.collect_locked = wblocks_collect_locked,
 	},
 };
 

@@ -91,6 +91,9 @@ void wtree_gauges(struct wtree *w, uint64_t *bytes, uint64_t *files, uint64_t *c
  * transaction (blocks_put.c, blocks_get.c). */
 int wblocks_put_open(struct tree *t, struct handle **h, struct open_reply *r);
 int wblocks_get_open(struct tree *t, struct handle **h, struct open_reply *r);
+/* A .blocks/.put a drained daemon handed over (its record's text): the
+ * next daemon goes on with it. 0, -EIO (it cannot), -ENOMEM. */
+int wblocks_put_resume(struct tree *t, const uint8_t *text, size_t len, struct handle **h);
 
 /* .blocks/ (DESIGN.md §10): ttl= collection of its idle namespace
  * directories (from the expiry sweep and before a full tree answers

@@ -42,6 +42,9 @@ struct wpolicy {
 	bool renames;            /* rename within the tree (else EPERM) */
 	bool cluster_sets;       /* directories named in sets of the cluster (listings) */
 	bool cluster_required;   /* a commit the cluster did not take fails (EIO) */
+	/* What a full tree frees before it refuses, under the tree's lock
+	 * (.blocks/: idle namespace directories); NULL: nothing. */
+	uint64_t (*collect_locked)(struct wtree *w, int64_t now);
 };
 
 const struct wpolicy *wpolicy_of(enum wtree_kind kind);

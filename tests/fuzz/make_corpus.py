@@ -293,7 +293,10 @@ def cluster_seeds():
 def tree_names_seeds():
     for name, data in [("plain", b"kernel.cubin"), ("dot", b"."), ("dotdot", b".."),
                        ("hidden", b".tmp.123"), ("slash", b"a/b"), ("nul", b"a\0b"),
-                       ("max", b"n" * 255), ("long", b"n" * 256), ("empty", b"")]:
+                       ("max", b"n" * 255), ("long", b"n" * 256), ("empty", b""),
+                       ("block-key", b"vllm-artifact/0/" + b"ab" * 32),
+                       ("tail-key", b"r3-tail:" + b"cd" * 32), ("key-max", b"k/" * 255 + b"ab"),
+                       ("key-empty-seg", b"a//b"), ("key-space", b"a b/c")]:
         write("tree_names", name, data)
 
 

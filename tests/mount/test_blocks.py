@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import flip_byte, run_processes, wait_for
+from conftest import artfsctl, flip_byte, run_processes, wait_for
 
 BLOCKS = ".blocks"
 
@@ -90,6 +90,9 @@ def blocks_metrics(m):
 def test_put_then_get_and_cat_give_the_raw_bytes(mnt):
     assert BLOCKS in os.listdir(mnt.mountpoint)
     assert sorted(os.listdir(mnt.path(BLOCKS))) == [".get", ".put"]
+    # Who may create files may put (as .keys/.put); every user may get.
+    assert os.stat(mnt.path(BLOCKS, ".put")).st_mode & 0o777 == 0o644
+    assert os.stat(mnt.path(BLOCKS, ".get")).st_mode & 0o777 == 0o666
     pairs = [(key(i, ns=str(i % 2)), block(i)) for i in range(8)]
     pairs.append(("r3-tail:" + "ab" * 32, block(99, 5 * 48 * 8)))  # a tail at the top
     rc, lines = put(mnt, pairs)
@@ -328,6 +331,30 @@ def test_a_put_in_flight_at_a_kill_fails_once_and_its_retry_succeeds(mnt):
     rc, lines = put(mnt, [(key(i), block(i)) for i in range(8)])
     assert rc == 0 and [s for _, s in lines] == ["0"] * 8
     assert get(mnt, [key(i) for i in range(8)]) == b"".join(block(i) for i in range(8))
+
+
+def test_a_put_open_across_an_upgrade_goes_on(mnt):
+    """An upgrade drains the daemon with a batch open and a record cut in
+    the middle of its body; the next daemon goes on with it: no error."""
+    whole = records([(key(i), block(i)) for i in range(3)])
+    nxt = records([(key(i), block(i)) for i in range(3, 6)])
+    bad = records([("bad key", b"xx")])
+    fd = os.open(mnt.path(BLOCKS, ".put"), os.O_RDWR)
+    os.write(fd, whole + bad + nxt[:100])  # the key line, length and part of a body
+    pid = mnt.daemon_pid()
+    r = subprocess.run([artfsctl(), "-m", mnt.mountpoint, "upgrade"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    mnt.wait_daemon_other_than(pid)
+    os.write(fd, nxt[100:])
+    with pytest.raises(OSError) as e:
+        os.fsync(fd)
+    assert e.value.errno == errno.EINVAL  # the bad key's, from before the upgrade
+    lines = [line.rsplit(" ", 1) for line in os.pread(fd, 1 << 16, 0).decode().splitlines()]
+    with pytest.raises(OSError):
+        os.close(fd)
+    assert [s for _, s in lines] == ["0"] * 3 + ["EINVAL"] + ["0"] * 3
+    assert get(mnt, [key(i) for i in range(6)]) == b"".join(block(i) for i in range(6))
 
 
 def test_a_get_written_before_a_kill_is_read_after_it(mnt):
