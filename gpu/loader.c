@@ -68,6 +68,11 @@ struct chunk {
 	size_t first;              /* first of rank's pieces it overlaps */
 };
 
+/* A range of a slab: [lo, hi). */
+struct range {
+	uint64_t lo, hi;
+};
+
 struct loader {
 	struct gpu_load *l;
 	struct chunk *chunks;
@@ -79,7 +84,7 @@ struct loader {
 	/* Replicated weights: ranges of rank 0's slab waiting to be broadcast. */
 	pthread_mutex_t q_mu;
 	pthread_cond_t q_cv;
-	struct range { uint64_t lo, hi; } *q;
+	struct range *q;
 	size_t q_len, q_cap, q_head;
 	bool readers_done;
 	struct nccl_group *nccl;
@@ -97,6 +102,10 @@ struct reader {
 	cudaStream_t streams[RANKS_MAX];
 	cudaEvent_t events[BUFS_PER_READER][RANKS_MAX];
 	uint64_t used[BUFS_PER_READER];  /* bit r: buffer copied to rank r, event pending */
+	/* The slab ranges the last chunk filled: a chunk's consecutive file
+	 * bytes may lie apart in the slab (the layout is by name). */
+	struct range *runs;
+	size_t nruns, runs_cap;
 	pthread_t thread;
 	bool started;
 	bool pooled;               /* buf[] belong to the pool */
@@ -256,10 +265,31 @@ static bool read_chunk(struct loader *ld, const struct chunk *c, struct reader *
 	return true;
 }
 
+/* Notes [lo, hi) of the slab as filled by the chunk: the last run grows
+ * when it ends there. */
+static bool run_add(struct loader *ld, struct reader *rd, uint64_t lo, uint64_t hi)
+{
+	if (rd->nruns && rd->runs[rd->nruns - 1].hi == lo) {
+		rd->runs[rd->nruns - 1].hi = hi;
+		return true;
+	}
+	if (rd->nruns == rd->runs_cap) {
+		size_t cap = rd->runs_cap ? rd->runs_cap * 2 : 64;
+		struct range *r = realloc(rd->runs, cap * sizeof(*r));
+		if (!r) {
+			fail(ld, -ENOMEM, "out of memory");
+			return false;
+		}
+		rd->runs = r;
+		rd->runs_cap = cap;
+	}
+	rd->runs[rd->nruns++] = (struct range){ lo, hi };
+	return true;
+}
+
 /* Copies the chunk's parts of the source rank's pieces to rank dst's slab;
- * returns the slab range the chunk covered. */
-static bool copy_chunk(struct loader *ld, struct reader *rd, const struct chunk *c, int b, int dst,
-		       uint64_t *lo, uint64_t *hi)
+ * rd->runs: the slab ranges the chunk filled. */
+static bool copy_chunk(struct loader *ld, struct reader *rd, const struct chunk *c, int b, int dst)
 {
 	const struct gpu_rank *src = &ld->l->ranks[c->rank];
 	const struct gpu_rank *to = &ld->l->ranks[dst];
@@ -268,8 +298,7 @@ static bool copy_chunk(struct loader *ld, struct reader *rd, const struct chunk 
 
 	if (!cuda_ok(ld, cudaSetDevice(to->device), "cudaSetDevice"))
 		return false;
-	*lo = UINT64_MAX;
-	*hi = 0;
+	rd->nruns = 0;
 	for (size_t i = c->first; i < src->npieces; i++) {
 		const struct gpu_piece *p = &src->pieces[i];
 		if (p->file != c->file || p->file_offset >= end)
@@ -279,10 +308,8 @@ static bool copy_chunk(struct loader *ld, struct reader *rd, const struct chunk 
 		if (z <= a)
 			continue;
 		uint64_t at = p->slab_offset + (a - p->file_offset);
-		if (at < *lo)
-			*lo = at;
-		if (at + (z - a) > *hi)
-			*hi = at + (z - a);
+		if (!run_add(ld, rd, at, at + (z - a)))
+			return false;
 		/* In the buffer that holds each part (a gathered read spans several). */
 		for (uint64_t rel = a - c->off; a < z;) {
 			uint64_t in = rel % bb, n = bb - in < z - a ? bb - in : z - a;
@@ -304,14 +331,15 @@ static bool copy_chunk(struct loader *ld, struct reader *rd, const struct chunk 
 	return true;
 }
 
-/* Hands a range of rank 0's slab, copied from buffer b, to the broadcaster. */
-static bool enqueue(struct loader *ld, struct reader *rd, int b, uint64_t lo, uint64_t hi)
+/* Hands the ranges of rank 0's slab copied from buffer b (rd->runs) to
+ * the broadcaster. */
+static bool enqueue(struct loader *ld, struct reader *rd, int b)
 {
 	if (!cuda_ok(ld, cudaEventSynchronize(rd->events[b][0]), "cudaEventSynchronize"))
 		return false;
 	rd->used[b] &= ~1ULL;
 	pthread_mutex_lock(&ld->q_mu);
-	if (ld->q_len == ld->q_cap) {
+	while (ld->q_len + rd->nruns > ld->q_cap) {
 		size_t cap = ld->q_cap ? ld->q_cap * 2 : 256;
 		struct range *q = realloc(ld->q, cap * sizeof(*q));
 		if (!q) {
@@ -322,7 +350,8 @@ static bool enqueue(struct loader *ld, struct reader *rd, int b, uint64_t lo, ui
 		ld->q = q;
 		ld->q_cap = cap;
 	}
-	ld->q[ld->q_len++] = (struct range){ lo, hi };
+	memcpy(ld->q + ld->q_len, rd->runs, rd->nruns * sizeof(*rd->runs));
+	ld->q_len += rd->nruns;
 	pthread_cond_signal(&ld->q_cv);
 	pthread_mutex_unlock(&ld->q_mu);
 	return true;
@@ -360,12 +389,11 @@ static void *reader_main(void *arg)
 			freed = buffer_free(ld, rd, k);
 		if (!freed || !read_chunk(ld, c, rd, b))
 			break;
-		uint64_t lo, hi;
 		/* Replicated weights go to rank 0 here; the broadcaster sends
 		 * each range on to the other GPUs as soon as it is in. */
-		if (!copy_chunk(ld, rd, c, b, l->replicated ? 0 : c->rank, &lo, &hi))
+		if (!copy_chunk(ld, rd, c, b, l->replicated ? 0 : c->rank))
 			break;
-		if (l->replicated && l->nranks > 1 && hi > lo && !enqueue(ld, rd, b, lo, hi))
+		if (l->replicated && l->nranks > 1 && rd->nruns && !enqueue(ld, rd, b))
 			break;
 		b = (b + 1 + last) % BUFS_PER_READER;
 	}
@@ -416,6 +444,7 @@ static void reader_fini(struct loader *ld, struct reader *rd)
 	for (int k = 0; k < BUFS_PER_READER; k++)
 		if (rd->buf[k] && !rd->pooled)
 			cudaFreeHost(rd->buf[k]);
+	free(rd->runs);
 }
 
 /* Sends rank 0's ranges to the other GPUs while the readers go on: NCCL

@@ -14,6 +14,7 @@
 #include "gpu/vmm.h"
 
 #define DEVICES_MAX 64
+#define ARTFS_VMM_ALIGN (2u << 20) /* of a reserved range: the slabs' granularity */
 
 /* The driver functions, found once. */
 static struct {
@@ -203,4 +204,82 @@ int vmm_import(int fd, uint64_t size, void **ptr, char *err, size_t errlen)
 	}
 	api.release(h);
 	return -EIO;
+}
+
+/* ---- handles and ranges: the steps of a flip in place -------------------------- */
+
+int vmm_handle_import(int fd, uint64_t *handle, char *err, size_t errlen)
+{
+	CUmemGenericAllocationHandle h = 0;
+
+	if (!have_api(err, errlen))
+		return -ENODEV;
+	CUresult r = api.import_fd(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "cuMemImportFromShareableHandle: %s", why(r));
+		return r == CUDA_ERROR_INVALID_VALUE ? -EBADF : -EIO;
+	}
+	*handle = (uint64_t)h;
+	return 0;
+}
+
+void vmm_handle_release(uint64_t handle)
+{
+	if (api.ok)
+		api.release((CUmemGenericAllocationHandle)handle);
+}
+
+int vmm_reserve(uint64_t size, uint64_t *va, char *err, size_t errlen)
+{
+	CUdeviceptr p = 0;
+
+	if (!have_api(err, errlen))
+		return -ENODEV;
+	if (cudaFree(NULL) != cudaSuccess) {
+		snprintf(err, errlen, "no CUDA device: %s", cudaGetErrorString(cudaGetLastError()));
+		return -ENODEV;
+	}
+	CUresult r = api.reserve(&p, size, ARTFS_VMM_ALIGN, 0, 0);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "cuMemAddressReserve of %llu bytes: %s", (unsigned long long)size, why(r));
+		return -EIO;
+	}
+	*va = (uint64_t)p;
+	return 0;
+}
+
+void vmm_reserve_free(uint64_t va, uint64_t size)
+{
+	if (api.ok)
+		api.address_free((CUdeviceptr)va, size);
+}
+
+int vmm_map_at(uint64_t va, uint64_t size, uint64_t handle, char *err, size_t errlen)
+{
+	CUmemAllocationProp prop;
+	int current = 0;
+
+	if (!have_api(err, errlen))
+		return -ENODEV;
+	memset(&prop, 0, sizeof(prop));
+	cudaGetDevice(&current);
+	const char *step = "cuMemGetAllocationPropertiesFromHandle";
+	CUresult r = api.properties(&prop, (CUmemGenericAllocationHandle)handle);
+	if (r == CUDA_SUCCESS &&
+	    (step = "cuMemMap", r = api.map((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)handle, 0)) ==
+	    CUDA_SUCCESS) {
+		step = "cuMemSetAccess";
+		r = grant((CUdeviceptr)va, size, prop.location.id, current, false);
+		if (r == CUDA_SUCCESS)
+			return 0;
+		api.unmap((CUdeviceptr)va, size);
+	}
+	snprintf(err, errlen, "%s: %s", step, why(r));
+	return -EIO;
+}
+
+void vmm_unmap_at(uint64_t va, uint64_t size)
+{
+	if (api.ok)
+		api.unmap((CUdeviceptr)va, size);
 }

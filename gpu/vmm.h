@@ -27,4 +27,18 @@ void vmm_unmap(void *ptr, uint64_t size);
  * descriptor), -ENODEV, -EIO (why in err). */
 int vmm_import(int fd, uint64_t size, void **ptr, char *err, size_t errlen);
 
+/* The steps of an attachment that keeps its addresses across versions
+ * (libartfs's flip in place): an allocation imported and kept as a handle
+ * (a mapping of it can come and go), a range of addresses reserved, a
+ * handle mapped at an address of such a range (read-write on the calling
+ * thread's device and the allocation's own; nothing stays mapped on
+ * failure), and the reverse of each. 0, -EBADF, -ENODEV or -EIO (why in
+ * err). */
+int vmm_handle_import(int fd, uint64_t *handle, char *err, size_t errlen);
+void vmm_handle_release(uint64_t handle);
+int vmm_reserve(uint64_t size, uint64_t *va, char *err, size_t errlen);
+void vmm_reserve_free(uint64_t va, uint64_t size);
+int vmm_map_at(uint64_t va, uint64_t size, uint64_t handle, char *err, size_t errlen);
+void vmm_unmap_at(uint64_t va, uint64_t size);
+
 #endif

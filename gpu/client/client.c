@@ -26,17 +26,6 @@
 #define ATTACH_RETRY_MS 10000
 #define FETCH_TIMEOUT_MS 10000
 
-struct artfs_weights {
-	int fd;
-	int device;
-	uint32_t slab_count;
-	void *slabs[ARTFS_SLABS_MAX];
-	uint64_t slab_size[ARTFS_SLABS_MAX];
-	size_t count;
-	struct artfs_tensor *tensors;
-	char *strings;            /* names and dtypes */
-};
-
 int artfs_fingerprint(const char *checkpoint_dir, int tp_size, int tp_rank, int device,
 		      struct artfs_fingerprint *fp, char *err, size_t errlen)
 {
@@ -108,7 +97,7 @@ static char *read_all(const char *path, size_t *len, char *err, size_t errlen)
 }
 
 /* The tensors of this rank from manifest.json, bounded by the slabs. */
-static int load_manifest(struct artfs_weights *w, const char *mount, const char *wv, int rank,
+int client_load_manifest(struct artfs_weights *w, const char *mount, const char *wv, int rank,
 			 char *err, size_t errlen)
 {
 	char path[4096];
@@ -261,11 +250,10 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The attach ioctl, then the slabs its token grants; again while the daemon
- * that answered went before the slabs were fetched (it restarted). */
-static int attach_and_fetch(struct artfs_weights *w, const char *mount, const char *path,
-			    const struct artfs_fingerprint *expect, int fds[ARTFS_SLABS_MAX],
-			    char *err, size_t errlen)
+int client_attach_fetch(int fd, const char *mount, const char *path,
+			const struct artfs_fingerprint *expect, const uint8_t *want_layout,
+			int fds[ARTFS_SLABS_MAX], uint64_t slab_size[ARTFS_SLABS_MAX],
+			uint8_t layout[ARTFS_LAYOUT_SIZE], char *err, size_t errlen)
 {
 	struct artfs_attach a;
 	uint64_t sizes[ARTFS_SLABS_MAX];
@@ -276,7 +264,7 @@ static int attach_and_fetch(struct artfs_weights *w, const char *mount, const ch
 		memset(&a, 0, sizeof(a));
 		a.abi = ARTFS_ABI_VERSION;
 		a.expect = *expect;
-		if (ioctl(w->fd, ARTFS_IOC_ATTACH, &a) < 0) {
+		if (ioctl(fd, ARTFS_IOC_ATTACH, &a) < 0) {
 			int rc = -errno;
 			snprintf(err, errlen, "%s: attach: %s", path, strerror(errno));
 			return rc;
@@ -285,11 +273,22 @@ static int attach_and_fetch(struct artfs_weights *w, const char *mount, const ch
 			snprintf(err, errlen, "%s: attach returned %u slabs", path, a.slab_count);
 			return -EIO;
 		}
+		memcpy(layout, a.layout, ARTFS_LAYOUT_SIZE);
+		if (want_layout && memcmp(want_layout, a.layout, ARTFS_LAYOUT_SIZE) != 0) {
+			char was[17], is[17];
+			for (int i = 0; i < 8; i++) {
+				snprintf(was + 2 * i, 3, "%02x", want_layout[i]);
+				snprintf(is + 2 * i, 3, "%02x", a.layout[i]);
+			}
+			snprintf(err, errlen, "%s: its layout %s... is not the layout in place %s... (other "
+				 "tensor names, dtypes or shapes): no flip in place; bind it anew instead",
+				 path, is, was);
+			return -EXDEV;
+		}
 		int rc = fetch_slabs(mount, a.token, fds, sizes, &count, err, errlen);
 		if (rc == 0 && count == a.slab_count &&
 		    memcmp(sizes, a.slab_size, sizeof(uint64_t) * count) == 0) {
-			w->slab_count = 0;
-			memcpy(w->slab_size, sizes, sizeof(uint64_t) * count);
+			memcpy(slab_size, sizes, sizeof(uint64_t) * count);
 			return (int)count;
 		}
 		if (rc == 0) {
@@ -324,7 +323,8 @@ int artfs_weights_attach(const char *mount, const char *wv, int rank,
 		free(w);
 		return rc;
 	}
-	rc = attach_and_fetch(w, mount, path, expect, fds, err, errlen);
+	rc = client_attach_fetch(w->fd, mount, path, expect, NULL, fds, w->slab_size, w->layout, err,
+				 errlen);
 	if (rc < 0)
 		goto fail;
 	uint32_t count = (uint32_t)rc;
@@ -342,7 +342,7 @@ int artfs_weights_attach(const char *mount, const char *wv, int rank,
 	}
 	if (rc < 0)
 		goto fail;
-	rc = load_manifest(w, mount, wv, rank, err, errlen);
+	rc = client_load_manifest(w, mount, wv, rank, err, errlen);
 	if (rc < 0)
 		goto fail;
 	*out = w;
@@ -379,11 +379,15 @@ void artfs_weights_detach(struct artfs_weights *w)
 {
 	if (!w)
 		return;
-	for (uint32_t i = 0; i < w->slab_count; i++)
-		client_gpu_unmap(w->slabs[i], w->slab_size[i]);
+	if (w->in_place)
+		range_close(&w->range, client_gpu_range_driver());
+	else
+		for (uint32_t i = 0; i < w->slab_count; i++)
+			client_gpu_unmap(w->slabs[i], w->slab_size[i]);
 	if (w->fd >= 0)
 		close(w->fd);
 	free(w->tensors);
 	free(w->strings);
+	free(w->mount);
 	free(w);
 }

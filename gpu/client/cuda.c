@@ -46,3 +46,27 @@ void client_gpu_unmap(void *ptr, uint64_t size)
 {
 	vmm_unmap(ptr, size);
 }
+
+int client_gpu_sync(char *err, size_t errlen)
+{
+	cudaError_t e = cudaDeviceSynchronize();
+
+	if (e == cudaSuccess)
+		return 0;
+	snprintf(err, errlen, "cudaDeviceSynchronize: %s", cudaGetErrorString(e));
+	return -EIO;
+}
+
+static const struct range_driver cuda_range = {
+	.import = vmm_handle_import,
+	.release = vmm_handle_release,
+	.reserve = vmm_reserve,
+	.free = vmm_reserve_free,
+	.map = vmm_map_at,
+	.unmap = vmm_unmap_at,
+};
+
+const struct range_driver *client_gpu_range_driver(void)
+{
+	return &cuda_range;
+}

@@ -32,3 +32,50 @@ void client_gpu_unmap(void *ptr, uint64_t size)
 {
 	(void)ptr, (void)size;
 }
+
+int client_gpu_sync(char *err, size_t errlen)
+{
+	snprintf(err, errlen, "this libartfs was built without CUDA");
+	return -ENODEV;
+}
+
+static int no_import(int fd, uint64_t *handle, char *err, size_t errlen)
+{
+	(void)fd, (void)handle;
+	snprintf(err, errlen, "this libartfs was built without CUDA");
+	return -ENODEV;
+}
+
+static void no_release(uint64_t handle)
+{
+	(void)handle;
+}
+
+static int no_reserve(uint64_t size, uint64_t *va, char *err, size_t errlen)
+{
+	(void)size, (void)va;
+	snprintf(err, errlen, "this libartfs was built without CUDA");
+	return -ENODEV;
+}
+
+static void no_free(uint64_t va, uint64_t size)
+{
+	(void)va, (void)size;
+}
+
+static int no_map(uint64_t va, uint64_t size, uint64_t handle, char *err, size_t errlen)
+{
+	(void)va, (void)size, (void)handle;
+	snprintf(err, errlen, "this libartfs was built without CUDA");
+	return -ENODEV;
+}
+
+static const struct range_driver none_range = {
+	.import = no_import, .release = no_release, .reserve = no_reserve, .free = no_free,
+	.map = no_map, .unmap = no_free,
+};
+
+const struct range_driver *client_gpu_range_driver(void)
+{
+	return &none_range;
+}

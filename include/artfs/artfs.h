@@ -60,6 +60,15 @@
  *     -ESTALE     the weights were unloaded since
  *     -EPROTO     not a request of this wire
  *
+ * The reply's layout is the digest of the rank's layout (manifest.json's
+ * ranks[k].layout): the same tensors (names, dtypes, shapes, ties) lie at
+ * the same offsets in every version, loaded or published. An engine that
+ * mapped the slabs into an address range of its own can map another
+ * version of the same layout there (flip in place, DESIGN.md §4.3): it
+ * needs nothing of the daemon but this attach, and compares the layout
+ * before it fetches a descriptor (libartfs: artfs_weights_flip, EXDEV for
+ * another layout).
+ *
  * The memory outlives the daemon that loaded it (DESIGN.md §8): the daemon's
  * holder keeps a descriptor of every slab, an engine's mapping stays valid
  * across a crash or an upgrade of the daemon, and the next daemon serves
@@ -83,6 +92,7 @@
 #define ARTFS_ATTACH_TOKEN_SIZE    32
 #define ARTFS_ATTACH_SOCKET        "attach"  /* <mnt>/.artfs/attach */
 #define ARTFS_SLABS_MAGIC          0x534c5441u  /* "ATLS" */
+#define ARTFS_LAYOUT_SIZE          32    /* SHA-256 of a rank's layout */
 
 /* What a checkpoint on a device is; every field must match for an attach. */
 struct artfs_fingerprint {
@@ -110,7 +120,10 @@ struct artfs_attach {
 	uint64_t total_bytes;            /* bytes of tensor data of this rank */
 	uint64_t slab_size[ARTFS_SLABS_MAX]; /* bytes, multiples of ARTFS_SLAB_ALIGN */
 	uint8_t token[ARTFS_ATTACH_TOKEN_SIZE]; /* for .artfs/attach */
-	uint64_t reserved[4];
+	uint8_t layout[ARTFS_LAYOUT_SIZE]; /* the slab's layout digest (manifest.json's
+	                                    * ranks[k].layout); 0s from a daemon before
+	                                    * layouts: no flip in place (artfs 0.1.0's
+	                                    * reserved[4], which it zeroed) */
 };
 
 /* On .artfs/attach (SOCK_SEQPACKET): one request, one reply, per connection. */

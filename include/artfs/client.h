@@ -52,6 +52,29 @@ const struct artfs_tensor *artfs_weights_find(const struct artfs_weights *w, con
 int artfs_weights_fd(const struct artfs_weights *w);
 void artfs_weights_detach(struct artfs_weights *w);
 
+/* Flip in place (DESIGN.md section 4.3): attach with the slabs mapped one
+ * after the other in [base, base + len), a range the engine reserved
+ * (cuMemAddressReserve, 2 MiB aligned, as long as manifest.json's slab
+ * sizes together), or in one reserved here when base is NULL (freed at
+ * detach). Then artfs_weights_flip maps another version of the same layout
+ * at the same addresses: every tensor keeps its data pointer, CUDA graphs
+ * captured on them stay valid, and nothing is copied or allocated. */
+int artfs_weights_attach_at(const char *mount, const char *wv, int rank,
+			    const struct artfs_fingerprint *expect, void *base, size_t len,
+			    struct artfs_weights **out, char *err, size_t errlen);
+/* Switches an attachment in place to version wv (same rank): waits for the
+ * device (cudaDeviceSynchronize: no kernel may run on the weights meanwhile,
+ * so flip between steps), unmaps each slab and maps wv's there. On any
+ * failure the version before stays mapped. On success its attachment ends
+ * (unload then frees its memory). -EXDEV: wv's layout is another (other
+ * tensor names, dtypes or shapes) or unknown: bind it anew instead;
+ * -EINVAL: w was not attached in place; else the attach errnos. */
+int artfs_weights_flip(struct artfs_weights *w, const char *wv,
+		       const struct artfs_fingerprint *expect, char *err, size_t errlen);
+/* The layout digest of the slabs in use (ARTFS_LAYOUT_SIZE bytes;
+ * manifest.json's ranks[k].layout): equal digests flip in place. */
+const uint8_t *artfs_weights_layout(const struct artfs_weights *w);
+
 #ifdef __cplusplus
 }
 #endif

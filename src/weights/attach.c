@@ -109,7 +109,7 @@ static int weights_attach(struct tree *t, struct handle *h, const struct artfs_a
 	out->total_bytes = wr->total_bytes;
 	memset(out->slab_size, 0, sizeof(out->slab_size));
 	out->slab_size[0] = w->granks[rh->rank].slab_size;
-	memset(out->reserved, 0, sizeof(out->reserved));
+	memcpy(out->layout, wr->layout, sizeof(out->layout));
 	int rc = grants_issue(&t->grants, rh, weights_now_ns(), out->token);
 	if (rc < 0)
 		log_err("attach %s/rank%d: no token: %s", wv, rh->rank,

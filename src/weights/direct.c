@@ -139,57 +139,76 @@ static int direct_write(struct tree *t, struct handle *h, uint64_t off, const vo
 	return rc;
 }
 
-/* Where each tensor goes in the slab: blob order, 256-byte aligned; tensors
- * with the same handle, offset and size (tied) share one place and one copy. */
-static int direct_plan(const struct wblob *b, struct gpu_piece *pieces, struct gpu_copy **copies,
-			size_t *ncopies, uint64_t *slab_size, uint64_t *bytes)
+/* Which tensors are tied: alias[i] is the first tensor with the same
+ * handle, offset and size as tensor i (it shares its bytes), or SIZE_MAX. */
+static int direct_aliases(const struct wblob *b, size_t *alias)
 {
-	size_t n = b->ntensors;
-	struct gpu_copy *c = malloc(n * sizeof(*c));
+	size_t n = b->ntensors, cap = 1;
 
-	if (!c)
-		return -ENOMEM;
-	/* tied: a simple hash of (handle, offset, size) over an open table */
-	size_t cap = 1;
 	while (cap < 2 * n)
 		cap *= 2;
-	size_t *tab = malloc(cap * sizeof(*tab));
-	if (!tab) {
-		free(c);
+	size_t *tab = malloc(cap * sizeof(*tab)); /* an open table over (handle, offset, size) */
+	if (!tab)
 		return -ENOMEM;
-	}
 	for (size_t i = 0; i < cap; i++)
 		tab[i] = SIZE_MAX;
-	uint64_t at = 0;
-	*ncopies = 0;
-	*bytes = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct wblob_tensor *x = &b->tensors[i];
 		uint64_t hsh = (x->src_offset * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)x->handle << 40) ^ x->t.size;
 		size_t k = (size_t)(hsh ^ (hsh >> 29)) & (cap - 1);
-		size_t found = SIZE_MAX;
+		alias[i] = SIZE_MAX;
 		for (; tab[k] != SIZE_MAX; k = (k + 1) & (cap - 1)) {
 			const struct wblob_tensor *y = &b->tensors[tab[k]];
 			if (y->handle == x->handle && y->src_offset == x->src_offset && y->t.size == x->t.size) {
-				found = tab[k];
+				alias[i] = tab[k];
 				break;
 			}
 		}
-		if (found != SIZE_MAX) {
-			pieces[i] = pieces[found];
-			continue;
-		}
-		tab[k] = i;
-		at = weights_align_up(at, ARTFS_TENSOR_ALIGN);
-		pieces[i] = (struct gpu_piece){ .size = x->t.size, .slab_offset = at };
-		c[(*ncopies)++] = (struct gpu_copy){ .handle = x->handle, .src_offset = x->src_offset,
-						     .size = x->t.size, .slab_offset = at };
-		at += x->t.size;
-		*bytes += x->t.size;
+		if (alias[i] == SIZE_MAX)
+			tab[k] = i;
 	}
 	free(tab);
+	return 0;
+}
+
+/* Where each tensor goes in the slab: the layout of layout.c (the same as a
+ * load of the same tensors); tied tensors share one place and one copy.
+ * layout: the digest. */
+static int direct_plan(const struct wblob *b, struct gpu_piece *pieces, struct gpu_copy **copies,
+			size_t *ncopies, uint64_t *slab_size, uint64_t *bytes, uint8_t layout[32])
+{
+	size_t n = b->ntensors;
+	struct gpu_copy *c = malloc(n * sizeof(*c));
+	size_t *alias = malloc(n * sizeof(*alias));
+	uint64_t *off = malloc(n * sizeof(*off));
+	const struct safetensors_tensor **ts = malloc(n * sizeof(*ts));
+	int rc = c && alias && off && ts ? direct_aliases(b, alias) : -ENOMEM;
+
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		ts[i] = &b->tensors[i].t;
+	if (rc == 0)
+		rc = weights_layout_place(ts, alias, n, off, slab_size);
+	if (rc == 0)
+		rc = weights_layout_digest(ts, off, n, *slab_size, layout);
+	*ncopies = 0;
+	*bytes = 0;
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		const struct wblob_tensor *x = &b->tensors[i];
+		pieces[i] = (struct gpu_piece){ .size = x->t.size, .slab_offset = off[i] };
+		if (alias[i] != SIZE_MAX)
+			continue;
+		c[(*ncopies)++] = (struct gpu_copy){ .handle = x->handle, .src_offset = x->src_offset,
+						     .size = x->t.size, .slab_offset = off[i] };
+		*bytes += x->t.size;
+	}
+	free(alias);
+	free(off);
+	free(ts);
+	if (rc < 0) {
+		free(c);
+		return rc;
+	}
 	*copies = c;
-	*slab_size = weights_align_up(at ? at : 1, ARTFS_SLAB_ALIGN);
 	return 0;
 }
 
@@ -274,6 +293,7 @@ struct direct_job {
 	struct gpu_publish gp;
 	struct gpu_device dev;       /* dst's, when dev_known */
 	bool dev_known;
+	uint8_t layout[32];          /* the slab's layout digest */
 };
 
 /* Claims the blob's rank of w for this publish: w waits for it (made by
@@ -309,7 +329,8 @@ static int direct_copy(struct direct_job *j, char *err, size_t errlen)
 	uint64_t slab_size = 0;
 
 	j->pieces = calloc(j->b.ntensors, sizeof(*j->pieces));
-	int rc = j->pieces ? direct_plan(&j->b, j->pieces, &copies, &ncopies, &slab_size, &j->bytes)
+	int rc = j->pieces ? direct_plan(&j->b, j->pieces, &copies, &ncopies, &slab_size, &j->bytes,
+					   j->layout)
 		 : -ENOMEM;
 	j->dst = (struct gpu_rank){ .slab_size = slab_size, .fd = -1 };
 	j->gp = (struct gpu_publish){
@@ -375,6 +396,7 @@ static int direct_rank_locked(struct weights *w, const struct direct_job *j, cha
 
 	wr->device = j->dst.device;
 	wr->total_bytes = j->bytes;
+	memcpy(wr->layout, j->layout, sizeof(wr->layout));
 	wr->published = true;
 	if (j->dev_known)
 		wr->dev = j->dev;

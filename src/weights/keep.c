@@ -223,6 +223,7 @@ static struct weights *weights_from_record(struct tree *t, struct version *v, st
 	w->ckpt.quant_block_fp8 = rec->quant_block_fp8;
 	w->manifest = rec->manifest;
 	w->manifest_len = rec->manifest_len;
+	weights_layouts_from_manifest(w);
 	w->status_kept = rec->status;
 	rec->manifest = rec->status = NULL;
 	w->started_ns = w->finished_ns = weights_now_ns();

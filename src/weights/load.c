@@ -63,9 +63,9 @@ const struct gpu_device *weights_device_find(const struct gpu_device *devs, int 
 	return NULL;
 }
 
-/* Gives every tensor of rank r a 256-byte aligned place in its slab, in
- * file order (so that a read of consecutive file bytes lands in
- * consecutive slab bytes). */
+/* Lists rank r's tensors in file order (the order the loader reads them
+ * in) and gives each its place in the slab by the layout (layout.c): the
+ * same tensors published GPU-direct lie at the same offsets. */
 static int plan_rank(struct weights *w, int r, int source_rank)
 {
 	struct weights_rank *wr = &w->ranks[r];
@@ -80,24 +80,22 @@ static int plan_rank(struct weights *w, int r, int source_rank)
 	wr->tensors = calloc(n ? n : 1, sizeof(*wr->tensors));
 	if (!wr->pieces || !wr->tensors)
 		return -ENOMEM;
-	uint64_t at = 0;
 	for (size_t f = 0; f < w->ckpt.nfiles; f++) {
 		const struct checkpoint_file *cf = &w->ckpt.files[f];
 		if (cf->rank != -1 && cf->rank != source_rank)
 			continue;
 		for (size_t i = 0; i < cf->st.count; i++) {
 			const struct safetensors_tensor *ts = &cf->st.tensors[i];
-			at = weights_align_up(at, ARTFS_TENSOR_ALIGN);
 			wr->pieces[wr->npieces] = (struct gpu_piece){
-				.file = (uint32_t)f, .file_offset = ts->offset, .size = ts->size, .slab_offset = at,
+				.file = (uint32_t)f, .file_offset = ts->offset, .size = ts->size,
 			};
 			wr->tensors[wr->npieces++] = ts;
-			at += ts->size;
 			wr->total_bytes += ts->size;
 		}
 	}
+	if (weights_rank_layout(wr, NULL, &w->granks[r].slab_size) < 0)
+		return -ENOMEM;
 	w->granks[r].device = wr->device;
-	w->granks[r].slab_size = weights_align_up(at ? at : 1, ARTFS_SLAB_ALIGN);
 	w->granks[r].pieces = wr->pieces;
 	w->granks[r].npieces = wr->npieces;
 	return 0;

@@ -75,10 +75,13 @@ char *weights_build_manifest(struct weights *w)
 						      "size", (json_int_t)ts->size));
 		}
 		json_t *slabs = json_pack("[{s:I}]", "size", (json_int_t)w->granks[r].slab_size);
-		json_array_append_new(ranks, json_pack("{s:i, s:i, s:s, s:o, s:o, s:I, s:o}", "rank", r,
+		char layout[65];
+		key_hex(wr->layout, 32, layout);
+		json_array_append_new(ranks, json_pack("{s:i, s:i, s:s, s:o, s:o, s:s, s:I, s:o}", "rank", r,
 						       "device", wr->device, "device_uuid", uuid,
 						       "fingerprint", fingerprint_json(&wr->fp),
-						       "slabs", slabs, "bytes", (json_int_t)wr->total_bytes,
+						       "slabs", slabs, "layout", layout,
+						       "bytes", (json_int_t)wr->total_bytes,
 						       "tensors", tensors));
 	}
 	json_t *root = json_pack("{s:s, s:s, s:s, s:i, s:o}", "weight_version", w->ver->name,
@@ -91,4 +94,36 @@ char *weights_build_manifest(struct weights *w)
 	char *text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
 	json_decref(root);
 	return text;
+}
+
+/* A digest of 64 hex digits into out; anything else leaves it 0s (a
+ * manifest of a daemon before layouts: no flip in place). */
+static void layout_parse(const char *hex, uint8_t out[32])
+{
+	uint8_t v[32];
+
+	memset(out, 0, 32);
+	if (!hex || strlen(hex) != 64)
+		return;
+	for (int i = 0; i < 64; i++) {
+		int c = hex[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+		if (d < 0)
+			return;
+		if (i % 2 == 0)
+			v[i / 2] = (uint8_t)(d << 4);
+		else
+			v[i / 2] |= (uint8_t)d;
+	}
+	memcpy(out, v, 32);
+}
+
+void weights_layouts_from_manifest(struct weights *w)
+{
+	json_t *root = w->manifest ? json_loadb(w->manifest, w->manifest_len, 0, NULL) : NULL;
+	json_t *ranks = json_object_get(root, "ranks");
+
+	for (int r = 0; r < w->nranks; r++)
+		layout_parse(json_string_value(json_object_get(json_array_get(ranks, (size_t)r), "layout")),
+			     w->ranks[r].layout);
+	json_decref(root);
 }

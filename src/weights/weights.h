@@ -13,7 +13,10 @@
 #ifndef ARTFS_WEIGHTS_H
 #define ARTFS_WEIGHTS_H
 
+#include <stdint.h>
+
 #include "artfs/artfs.h"
+#include "format/safetensors.h"
 #include "state/base.h"
 
 enum weights_file { WEIGHTS_MANIFEST = 0, WEIGHTS_STATUS, WEIGHTS_PUBLISH, WEIGHTS_FILE_COUNT };
@@ -65,5 +68,18 @@ struct node *weights_revive_node(struct tree *t, const struct held_node *r);
  * Returns 0, -EINVAL (unknown abi) or -ESTALE; *why names what differs. */
 int weights_attach_check(const struct artfs_attach *req, const struct artfs_fingerprint *loaded,
 			 const char **why);
+
+/* The layout of a rank's slab (layout.c, pure, unit-tested): tensors in
+ * name order, each 256-byte aligned, a group of tied tensors (alias[i]: the
+ * index whose bytes t[i] shares, or SIZE_MAX; NULL: none) once, where its
+ * first name falls; the slab a multiple of 2 MiB. The same tensors give the
+ * same offsets whatever their order. 0 or -ENOMEM. */
+int weights_layout_place(const struct safetensors_tensor *const *t, const size_t *alias, size_t n,
+			 uint64_t *offsets, uint64_t *slab_size);
+/* SHA-256 over the canonical (name, dtype, shape, slab, offset, size) list
+ * and the slab sizes: equal digests, one layout (manifest.json's
+ * ranks[k].layout, the attach reply's layout). 0 or -ENOMEM. */
+int weights_layout_digest(const struct safetensors_tensor *const *t, const uint64_t *offsets,
+			  size_t n, uint64_t slab_size, uint8_t out[32]);
 
 #endif

@@ -23,6 +23,7 @@ struct weights_rank {
 	struct gpu_device dev;
 	struct artfs_fingerprint fp;
 	uint64_t total_bytes;        /* tensor bytes */
+	uint8_t layout[32];          /* weights_layout_digest of the slab; 0s: unknown */
 	struct gpu_piece *pieces;    /* rank's tensors, in file order */
 	const struct safetensors_tensor **tensors; /* the same order: what each piece is */
 	size_t npieces;
@@ -107,6 +108,12 @@ bool weights_quant_allowed(struct tree *t, const struct checkpoint *c);
 void weights_fingerprint_device(struct artfs_fingerprint *fp, const struct gpu_device *d);
 void weights_fingerprint(struct weights *w, int r, int tp_size);
 char *weights_build_manifest(struct weights *w);
+/* Each rank's layout digest, as w->manifest says it (taken over). */
+void weights_layouts_from_manifest(struct weights *w);
+/* Places rank wr's tensors (wr->tensors, wr->pieces: npieces; alias as
+ * weights_layout_place) and sets their slab offsets, *slab_size and
+ * wr->layout. 0 or -ENOMEM. */
+int weights_rank_layout(struct weights_rank *wr, const size_t *alias, uint64_t *slab_size);
 
 /* keep.c: kept by the holder (DESIGN.md §8). */
 void weights_keep(struct weights *w);

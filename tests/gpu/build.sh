@@ -12,11 +12,11 @@ mkdir -p "$src"
 cd "$src"
 autoreconf -fi >/dev/null 2>&1
 ./configure -q --enable-static-deps --disable-shared --enable-static
-make -j"$(nproc)" artfs artfsctl bench/attach_bench bench/r3_bench bench/materialize_bench bench/scale_bench >/dev/null
+make -j"$(nproc)" artfs artfsctl bench/attach_bench bench/flip_bench bench/r3_bench bench/materialize_bench bench/scale_bench >/dev/null
 out="$top/.gpu-build"
 rm -rf "$out"
 mkdir -p "$out"
-cp artfs artfsctl bench/attach_bench bench/r3_bench bench/materialize_bench bench/scale_bench "$out/"
+cp artfs artfsctl bench/attach_bench bench/flip_bench bench/r3_bench bench/materialize_bench bench/scale_bench "$out/"
 for b in "$out"/*; do
 	echo "$b: $(ldd "$b" | awk '{print $1}' | tr '\n' ' ')"
 done

@@ -3,7 +3,7 @@
 # The whole GPU check on a GPU host, from a build tree made by build.sh (or
 # $ARTFS_BUILD): mounts artfs, runs every GPU test and benchmark, prints a
 # table last, unmounts. Exit 77 where there is no GPU.
-#   ARTFS_GPU_PARTS="tests rl restart weights-bench flip-bench cache-bench abi-bench hostload-bench disk-bench"
+#   ARTFS_GPU_PARTS="tests rl flip restart weights-bench flip-bench flip-in-place-bench cache-bench abi-bench hostload-bench disk-bench"
 #   what to run (default: all but the loader settings sweeps, hostload-bench,
 #   disk-bench and abi-bench, which needs the build before the VMM slabs in
 #   $ARTFS_BUILD/old: see bench_weights_abi.py). cache-bench: torch.compile's
@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 : "${ARTFS_BUILD:=$top/.gpu-build}"
 : "${OUT:=/tmp/artfs-gpu-out}"
-: "${ARTFS_GPU_PARTS:=tests rl restart weights-bench flip-bench cache-bench}"
+: "${ARTFS_GPU_PARTS:=tests rl flip restart weights-bench flip-bench flip-in-place-bench cache-bench}"
 mkdir -p "$OUT"
 export ARTFS_BUILD OUT
 # Never use NVLink multicast on shared GPU hosts.
@@ -31,6 +31,7 @@ for part in $ARTFS_GPU_PARTS; do
 	tests) files="$here/test_weights.py" ;;
 	restart) files="$here/test_weights_restart.py" ;;
 	rl) files="$here/test_rl.py" ;;
+	flip) files="$here/test_flip.py" ;;
 	*) files= ;;
 	esac
 	if [ -n "$files" ]; then
@@ -40,6 +41,7 @@ for part in $ARTFS_GPU_PARTS; do
 	case $part in
 	weights-bench) "$PYTHON" "$here/bench_weights.py" 2>&1 | tee "$OUT/gpu-bench.log" || status=1 ;;
 	flip-bench) "$PYTHON" "$here/bench_flip.py" 2>&1 | tee "$OUT/flip-bench.log" || status=1 ;;
+	flip-in-place-bench) "$PYTHON" "$here/bench_flip_in_place.py" 2>&1 | tee "$OUT/flip-in-place.log" || status=1 ;;
 	abi-bench) "$PYTHON" "$here/bench_weights_abi.py" 2>&1 | tee "$OUT/abi-bench.log" || status=1 ;;
 	hostload-bench) "$PYTHON" "$here/bench_hostload.py" 2>&1 | tee "$OUT/hostload-bench.log" || status=1 ;;
 	disk-bench) "$PYTHON" "$here/bench_disk.py" 2>&1 | tee "$OUT/disk-bench.log" || status=1 ;;

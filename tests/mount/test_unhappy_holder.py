@@ -157,7 +157,9 @@ def serves(m):
 def test_an_upgrade_whose_daemon_dies_after_ready_leaves_a_daemon_serving(shimmed):
     """The new daemon faults right after READY, while the old one drains:
     a fresh daemon takes over (the drained one's exit is not an unmount),
-    and artfsctl upgrade fails at once, saying why; three times over."""
+    and artfsctl upgrade fails at once, saying why; three times over. When
+    the holder learns of the death before the READY (a loaded machine), the
+    old daemon was never told to drain and keeps serving: also a daemon."""
     m = shimmed(SHIM_CRASH_AFTER_READY="1")
     for attempt in range(3):
         old = m.daemon_pid()
@@ -166,10 +168,11 @@ def test_an_upgrade_whose_daemon_dies_after_ready_leaves_a_daemon_serving(shimme
         assert "failed" in r.stderr and "signal 6" in r.stderr, r.stderr
         assert took < 10, took
         assert m.proc.poll() is None, "the holder ended:\n" + m.log()
-        new = m.wait_daemon_other_than(old)
+        kept = f"daemon {old} keeps serving" in m.log()
+        new = old if kept else m.wait_daemon_other_than(old)
         assert wait_for(lambda: serves(m), timeout=10), m.log()
         assert m.daemon_pid() == new
-    assert "a fresh daemon takes over" in m.log()
+    assert "a fresh daemon takes over" in m.log() or "keeps serving" in m.log()
 
 
 def test_an_upgrade_whose_daemon_is_killed_while_the_old_one_is_stopped(shimmed):

@@ -21,6 +21,8 @@ Suite *tmp_pool_suite(void);
 Suite *held_suite(void);
 Suite *attach_suite(void);
 Suite *lifeline_suite(void);
+Suite *layout_suite(void);
+Suite *flip_range_suite(void);
 
 /* Reads VECTORS_DIR/<name> into a malloc'd buffer. */
 uint8_t *read_vector(const char *name, size_t *len);

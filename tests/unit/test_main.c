@@ -40,6 +40,8 @@ int main(void)
 	srunner_add_suite(sr, held_suite());
 	srunner_add_suite(sr, attach_suite());
 	srunner_add_suite(sr, lifeline_suite());
+	srunner_add_suite(sr, layout_suite());
+	srunner_add_suite(sr, flip_range_suite());
 	log_init(0, 0);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);

@@ -23,8 +23,9 @@ from .cache import use as use_cache
 from .envelope import EnvelopeError, decode_envelope, encode_envelope, key_of
 from .mount import DEFAULT_MOUNT, is_artfs_mount, mount_point
 from .r3 import PutResult, get_envelopes, materialize, publish, publish_many, r3_attributes, read_r3
-from .weights import (AttachedWeights, PublishTensor, _jansson_compact, attach_weights, fingerprint,
-                      manifest_fingerprint, pack_publish, publish_blob)
+from .weights import (AttachedWeights, InPlaceWeights, PublishTensor, _jansson_compact,
+                      attach_in_place, attach_weights, fingerprint, manifest_fingerprint, pack_publish,
+                      publish_blob)
 
 __version__ = "0.1.0"
 
@@ -33,5 +34,6 @@ __all__ = ["DEFAULT_MOUNT", "mount_point", "is_artfs_mount",
            "publish", "publish_many", "PutResult", "get_envelopes",
            "read_r3", "r3_attributes", "materialize",
            "fingerprint", "attach_weights", "AttachedWeights", "manifest_fingerprint",
+           "attach_in_place", "InPlaceWeights",
            "PublishTensor", "pack_publish", "publish_blob",
            "cache_env", "use_cache"]

@@ -16,7 +16,8 @@ TOKEN_SIZE = 32
 SLABS_MAGIC = 0x534C5441
 _FP = struct.Struct("<128s64s32s32s256sIIIIII")       # struct artfs_fingerprint
 _ATTACH_HEAD = struct.Struct("<II")
-_ATTACH_OUT = struct.Struct(f"<16sIIQ{SLABS_MAX}Q{TOKEN_SIZE}s4Q")
+LAYOUT_SIZE = 32                                         # SHA-256 of a rank's layout
+_ATTACH_OUT = struct.Struct(f"<16sIIQ{SLABS_MAX}Q{TOKEN_SIZE}s{LAYOUT_SIZE}s")
 ATTACH_SIZE = _ATTACH_HEAD.size + _FP.size + _ATTACH_OUT.size
 assert ATTACH_SIZE == 768
 _SLABS_REQUEST = struct.Struct(f"<II{TOKEN_SIZE}s")       # struct artfs_slabs_request
@@ -26,6 +27,14 @@ IOC_ATTACH = ((_IOC_READ | _IOC_WRITE) << 30) | (ATTACH_SIZE << 16) | (0xA7 << 8
 
 Fingerprint = dict[str, Any]
 """What fingerprint() returns and attach_weights(expect=...) takes."""
+
+
+def _unpack_attach(buf: bytes) -> tuple[int, list[int], bytes, bytes]:
+    """The reply part of an attach: slab count, slab sizes, token, layout
+    digest (32 zero bytes from a daemon before layouts)."""
+    out = _ATTACH_OUT.unpack_from(buf, _ATTACH_HEAD.size + _FP.size)
+    count = out[2]
+    return count, list(out[4:4 + SLABS_MAX]), out[4 + SLABS_MAX], out[5 + SLABS_MAX]
 
 
 def _pack_attach(fp: Fingerprint) -> bytearray:

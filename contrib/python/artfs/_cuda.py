@@ -102,6 +102,52 @@ class _Driver:
         self.lib.cuMemUnmap(ctypes.c_ulonglong(ptr), size)
         self.lib.cuMemAddressFree(ctypes.c_ulonglong(ptr), size)
 
+    # ---- the steps of a flip in place (artfs._range) ----------------------------------
+
+    def import_handle(self, fd: int) -> int:
+        """The allocation of a descriptor, imported and kept as a handle."""
+        h = ctypes.c_ulonglong()
+        self._check(self.lib.cuMemImportFromShareableHandle(ctypes.byref(h), ctypes.c_void_p(fd),
+                                                            _CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                    "cuMemImportFromShareableHandle")
+        return int(h.value)
+
+    def release(self, handle: int) -> None:
+        self.lib.cuMemRelease(ctypes.c_ulonglong(handle))
+
+    def reserve(self, size: int) -> int:
+        va = ctypes.c_ulonglong()
+        self._check(self.lib.cuMemAddressReserve(ctypes.byref(va), size, 2 << 20, 0, 0),
+                    "cuMemAddressReserve")
+        return int(va.value)
+
+    def free(self, va: int, size: int) -> None:
+        self.lib.cuMemAddressFree(ctypes.c_ulonglong(va), size)
+
+    def map(self, va: int, size: int, handle: int) -> None:
+        """Maps handle at va read-write for this thread's device and the
+        allocation's own; nothing stays mapped on failure."""
+        lib = self.lib
+        prop = _Prop()
+        self._check(lib.cuMemGetAllocationPropertiesFromHandle(ctypes.byref(prop), ctypes.c_ulonglong(handle)),
+                    "cuMemGetAllocationPropertiesFromHandle")
+        self._check(lib.cuMemMap(ctypes.c_ulonglong(va), size, 0, ctypes.c_ulonglong(handle), 0), "cuMemMap")
+        try:
+            dev = ctypes.c_int()
+            self._check(lib.cuCtxGetDevice(ctypes.byref(dev)), "cuCtxGetDevice")
+            devices = sorted({prop.location.id, dev.value})
+            access = (_Access * len(devices))(*[
+                _Access(_Loc(_CU_MEM_LOCATION_TYPE_DEVICE, d), _CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+                for d in devices])
+            self._check(lib.cuMemSetAccess(ctypes.c_ulonglong(va), size, access, len(devices)),
+                        "cuMemSetAccess")
+        except BaseException:
+            lib.cuMemUnmap(ctypes.c_ulonglong(va), size)
+            raise
+
+    def unmap_at(self, va: int, size: int) -> None:
+        self.lib.cuMemUnmap(ctypes.c_ulonglong(va), size)
+
 
 _DRIVER: _Driver | None = None
 

@@ -6,6 +6,9 @@
     artfs.torch.bind(model, w)                              # no copy: parameters alias the slab
     artfs.torch.publish_weights("v3", model.state_dict())   # trainer side, GPU to GPU
 
+    artfs.torch.bind_in_place(model, "v2")                  # once: slabs in a range that stays
+    artfs.torch.flip_in_place(model, "v3")                  # same layout: no data_ptr() changes
+
 torch is imported only when a function runs, so `import artfs` works without it.
 """
 from __future__ import annotations
@@ -15,12 +18,12 @@ import errno
 from typing import TYPE_CHECKING, Mapping
 
 from ._abi import PublishTensor, pack_publish
-from .weights import publish_blob
+from .weights import InPlaceWeights, attach_in_place, publish_blob
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["bind", "publish_weights", "BindError"]
+__all__ = ["bind", "publish_weights", "BindError", "bind_in_place", "flip_in_place"]
 
 
 class BindError(ValueError):
@@ -97,6 +100,48 @@ def bind(module: "torch.nn.Module", weights: Mapping[str, "torch.Tensor"], stric
                 cur.data = new
             else:
                 sub._buffers[name] = new
+
+
+# ---- in place: flips that keep every address (DESIGN.md §4.3) ----------------------
+
+_IN_PLACE = "_artfs_in_place"
+
+
+def bind_in_place(module: "torch.nn.Module", weight_version: str, rank: int = 0,
+                  mount: str | None = None, *, device: int | None = None,
+                  checkpoint_dir: str | None = None, strict: bool = True) -> InPlaceWeights:
+    """Binds module once to weight_version attached in place: its slabs in a
+    range of addresses that stays, so that flip_in_place can later switch
+    every parameter and buffer to another version without changing a
+    data_ptr() (CUDA graphs captured on the module stay valid). Checks as
+    bind (BindError); tied tensors stay tied. Returns the attachment (the
+    module keeps it)."""
+    w = attach_in_place(weight_version, rank, checkpoint_dir=checkpoint_dir, mount=mount, device=device)
+    try:
+        bind(module, w, strict=strict)
+    except BaseException:
+        w.close()
+        raise
+    old = getattr(module, _IN_PLACE, None)
+    object.__setattr__(module, _IN_PLACE, w)  # not a submodule or a parameter
+    if old is not None:
+        old.clear()  # its tensors go with the module's old ones
+    return w
+
+
+def flip_in_place(module: "torch.nn.Module", weight_version: str, *,
+                  checkpoint_dir: str | None = None) -> float:
+    """Switches every parameter and buffer of a module bound by bind_in_place
+    to weight_version, at the same addresses: no copy, no allocation, no
+    data_ptr() changes. Waits for the device first; the engine must not run
+    the module meanwhile (flip between steps). On any failure the version
+    before stays. OSError EXDEV: weight_version has another layout (other
+    names, dtypes or shapes): bind it anew with bind() instead. Returns the
+    seconds the flip took."""
+    w = getattr(module, _IN_PLACE, None)
+    if not isinstance(w, InPlaceWeights):
+        raise OSError(errno.EINVAL, "flip_in_place: the module was not bound with bind_in_place")
+    return w.flip(weight_version, checkpoint_dir=checkpoint_dir)
 
 
 # ---- publish ---------------------------------------------------------------------

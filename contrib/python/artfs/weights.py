@@ -24,17 +24,18 @@ from typing import TYPE_CHECKING, Any, Callable
 # The structs of artfs/artfs.h and the publish blob are artfs._abi, the CUDA
 # driver calls artfs._cuda; the names stay importable from here.
 from ._abi import (_ATTACH_HEAD, _ATTACH_OUT, _FP, _SLABS_REPLY, _SLABS_REQUEST,  # noqa: F401
-                   ABI_VERSION, ATTACH_SIZE, IOC_ATTACH, PUBLISH_ABI, PUBLISH_MAGIC,
+                   ABI_VERSION, ATTACH_SIZE, IOC_ATTACH, LAYOUT_SIZE, PUBLISH_ABI, PUBLISH_MAGIC,
                    PUBLISH_NAME_MAX, SLABS_MAGIC, SLABS_MAX, TOKEN_SIZE, Fingerprint,
-                   PublishTensor, _pack_attach, pack_publish)
+                   PublishTensor, _pack_attach, _unpack_attach, pack_publish)
 from ._cuda import _driver
+from ._range import Range
 from .mount import is_artfs_mount, mount_point
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["fingerprint", "attach_weights", "AttachedWeights", "manifest_fingerprint",
-           "PublishTensor", "pack_publish", "publish_blob"]
+           "PublishTensor", "pack_publish", "publish_blob", "attach_in_place", "InPlaceWeights"]
 
 # How long an attach tries again when the daemon that gave its token went
 # before the slabs were fetched (a restart: the next one serves).
@@ -162,20 +163,24 @@ def _fetch_slabs(mnt: str, token: bytes) -> tuple[list[int], list[int]]:
     return list(fds), sizes[:count]
 
 
-def _attach_and_fetch(fd: int, mnt: str, path: str,
-                      expect: Fingerprint) -> tuple[list[int], list[int]]:
+def _attach_and_fetch(fd: int, mnt: str, path: str, expect: Fingerprint,
+                      want_layout: bytes | None = None) -> tuple[list[int], list[int], bytes]:
     """The attach ioctl on the open rank file, then the slabs its token
-    grants; again while the daemon that answered went before the slabs were
-    fetched (it restarted)."""
+    grants, and the layout digest; again while the daemon that answered went
+    before the slabs were fetched (it restarted). With want_layout, another
+    layout raises EXDEV before any slab is fetched."""
     until = time.monotonic() + ATTACH_RETRY_S
     while True:
         buf = _pack_attach(expect)
         fcntl.ioctl(fd, IOC_ATTACH, buf, True)
-        out = _ATTACH_OUT.unpack_from(buf, _ATTACH_HEAD.size + _FP.size)
-        count, token = out[2], out[4 + SLABS_MAX]
-        sizes = list(out[4:4 + SLABS_MAX])[:count]
+        count, sizes, token, layout = _unpack_attach(buf)
+        sizes = sizes[:count]
         if not 1 <= count <= SLABS_MAX:
             raise OSError(errno.EIO, f"{path}: attach returned {count} slabs")
+        if want_layout is not None and layout != want_layout:
+            raise OSError(errno.EXDEV, f"{path}: its layout {layout.hex()[:16]}... is not the layout "
+                          f"in place {want_layout.hex()[:16]}... (other tensor names, dtypes or "
+                          "shapes): no flip in place; bind it anew (artfs.torch.bind) instead")
         try:
             fds, got = _fetch_slabs(mnt, token)
         except OSError as e:
@@ -188,7 +193,7 @@ def _attach_and_fetch(fd: int, mnt: str, path: str,
             for f in fds:
                 os.close(f)
             raise OSError(errno.EPROTO, f"{path}: the slabs fetched are not those the attach named")
-        return fds, got
+        return fds, got, layout
 
 
 # ---- attaching weights -------------------------------------------------------------------
@@ -283,21 +288,7 @@ def attach_weights(weight_version: str, rank: int = 0, checkpoint_dir: str | Non
         if checkpoint_dir is None:
             raise OSError(errno.ENODEV, f"{mnt} is not an artfs mount and no checkpoint_dir")
         return _load_from_disk(checkpoint_dir, rank, device)
-    if expect is None and checkpoint_dir is None:
-        # A published version: what its manifest says (device checked).
-        expect = manifest_fingerprint(weight_version, rank, mnt, device)
-    if expect is None:
-        assert checkpoint_dir is not None
-        _, layout = _checkpoint_files(checkpoint_dir)
-        tp = tp_size or (1 if layout == "huggingface" else None)
-        if tp is None:
-            ranks = set()
-            for n in os.listdir(checkpoint_dir):
-                m = _SHARD.match(n)
-                if m:
-                    ranks.add(int(m.group(1)))
-            tp = len(ranks)
-        expect = fingerprint(checkpoint_dir, tp, 0 if tp == 1 else rank, device)
+    expect = _expectation(weight_version, rank, checkpoint_dir, expect, mnt, device, tp_size)
     import torch
     torch.cuda.set_device(device)
     drv = _driver()
@@ -306,7 +297,7 @@ def attach_weights(weight_version: str, rank: int = 0, checkpoint_dir: str | Non
     att = _Attachment(fd, drv.unmap)
     weights = AttachedWeights(att)
     try:
-        fds, sizes = _attach_and_fetch(fd, mnt, path, expect)
+        fds, sizes, _ = _attach_and_fetch(fd, mnt, path, expect)
         try:
             for slab_fd, size in zip(fds, sizes):
                 att.slabs.append(drv.import_fd(slab_fd, size))
@@ -314,19 +305,166 @@ def attach_weights(weight_version: str, rank: int = 0, checkpoint_dir: str | Non
         finally:
             for slab_fd in fds:
                 os.close(slab_fd)  # the mapping keeps the memory
-        with open(os.path.join(mnt, weight_version, "weights", "manifest.json")) as f:
-            manifest = json.load(f)
-        for name, t in manifest["ranks"][rank]["tensors"].items():
-            dt = getattr(torch, _TORCH_DTYPES[t["dtype"]])
-            slab, off, size = t["slab"], t["offset"], t["size"]
-            if not (all(isinstance(v, int) for v in (slab, off, size)) and
-                    0 <= slab < len(att.slabs) and off >= 0 and size >= 0 and
-                    off + size <= att.sizes[slab]):
-                raise OSError(errno.EBADMSG, f"{weight_version}/rank{rank}: the manifest places "
-                              f"{name} outside the slabs the daemon sent")
-            raw = torch.as_tensor(_DeviceBytes(att.slabs[slab] + off, size, att),
-                                  device=f"cuda:{device}")
-            weights[name] = raw.view(dt).reshape(t["shape"])
+        _fill_from_manifest(weights, att, mnt, weight_version, rank, device)
+    except BaseException:
+        weights.close()
+        raise
+    return weights
+
+
+def _expectation(weight_version: str, rank: int, checkpoint_dir: str | None,
+                 expect: Fingerprint | None, mnt: str, device: int,
+                 tp_size: int | None) -> Fingerprint:
+    """The fingerprint an attach expects: expect, else the checkpoint's, else
+    (a published version) what its manifest says."""
+    if expect is not None:
+        return expect
+    if checkpoint_dir is None:
+        return manifest_fingerprint(weight_version, rank, mnt, device)
+    _, layout = _checkpoint_files(checkpoint_dir)
+    tp = tp_size or (1 if layout == "huggingface" else None)
+    if tp is None:
+        ranks = set()
+        for n in os.listdir(checkpoint_dir):
+            m = _SHARD.match(n)
+            if m:
+                ranks.add(int(m.group(1)))
+        tp = len(ranks)
+    return fingerprint(checkpoint_dir, tp, 0 if tp == 1 else rank, device)
+
+
+def _fill_from_manifest(weights: "AttachedWeights", att: "_Attachment", mnt: str,
+                        weight_version: str, rank: int, device: int) -> None:
+    """weights' tensors, where manifest.json places them in att's slabs."""
+    import torch
+    with open(os.path.join(mnt, weight_version, "weights", "manifest.json")) as f:
+        manifest = json.load(f)
+    for name, t in manifest["ranks"][rank]["tensors"].items():
+        dt = getattr(torch, _TORCH_DTYPES[t["dtype"]])
+        slab, off, size = t["slab"], t["offset"], t["size"]
+        if not (all(isinstance(v, int) for v in (slab, off, size)) and
+                0 <= slab < len(att.slabs) and off >= 0 and size >= 0 and
+                off + size <= att.sizes[slab]):
+            raise OSError(errno.EBADMSG, f"{weight_version}/rank{rank}: the manifest places "
+                          f"{name} outside the slabs the daemon sent")
+        raw = torch.as_tensor(_DeviceBytes(att.slabs[slab] + off, size, att),
+                              device=f"cuda:{device}")
+        weights[name] = raw.view(dt).reshape(t["shape"])
+
+
+# ---- in place: versions of one layout at the same addresses (flip in place) ------------
+
+class _InPlaceAttachment(_Attachment):
+    """The open rank file of the version mapped, and the range that holds
+    the slabs of whichever version is mapped."""
+
+    def __init__(self, fd: int | None, rng: Range) -> None:
+        super().__init__(fd, lambda ptr, size: None)
+        self.range: Range | None = rng
+
+    def close(self) -> None:
+        if self.range is not None:
+            self.range.close()
+            self.range = None
+        self.slabs = []
+        self.sizes = []
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class InPlaceWeights(AttachedWeights):
+    """Weights attached in place (attach_in_place): flip() maps another
+    version of the same layout at the same addresses, so every tensor keeps
+    its data_ptr() and CUDA graphs captured on them stay valid."""
+
+    def __init__(self, attachment: _InPlaceAttachment, weight_version: str, rank: int, mount: str,
+                 device: int, layout: bytes) -> None:
+        super().__init__(attachment)
+        self.weight_version, self.rank, self.mount = weight_version, rank, mount
+        self.device, self.layout = device, layout
+
+    def flip(self, weight_version: str, expect: Fingerprint | None = None,
+             checkpoint_dir: str | None = None) -> float:
+        """Maps weight_version (same rank, same layout) where this version is:
+        waits for the device (no kernel may read the weights meanwhile: flip
+        between steps), unmaps each slab and maps the new one; on any failure
+        the version before stays. Then the version before is let go (unload
+        frees it). EXDEV: another layout, or none known: bind anew instead.
+        Returns the seconds the flip took."""
+        import torch
+        t0 = time.perf_counter()
+        att = self._att
+        assert isinstance(att, _InPlaceAttachment)
+        if att.range is None:
+            raise OSError(errno.EBADF, "flip of weights already closed")
+        path = os.path.join(self.mount, weight_version, "weights", f"rank{self.rank}")
+        if self.layout == bytes(LAYOUT_SIZE):
+            raise OSError(errno.EXDEV, f"{path}: the daemon said no layout of the weights in place "
+                          "(a daemon before flips in place): bind anew instead")
+        expect = _expectation(weight_version, self.rank, checkpoint_dir, expect, self.mount,
+                              self.device, None)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fds, sizes, _ = _attach_and_fetch(fd, self.mount, path, expect, self.layout)
+            try:
+                with torch.cuda.device(self.device):
+                    torch.cuda.synchronize()
+                    att.range.map(fds, sizes)
+            finally:
+                for slab_fd in fds:
+                    os.close(slab_fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        old, att.fd = att.fd, fd
+        if old is not None:
+            os.close(old)  # the version before: unload frees it now
+        self.weight_version = weight_version
+        return time.perf_counter() - t0
+
+
+def attach_in_place(weight_version: str, rank: int = 0, checkpoint_dir: str | None = None,
+                    expect: Fingerprint | None = None, mount: str | None = None,
+                    device: int | None = None, tp_size: int | None = None,
+                    base: int = 0, length: int = 0) -> InPlaceWeights:
+    """Like attach_weights, with the slabs mapped one after the other in a
+    range of addresses: [base, base + length) that the engine reserved
+    (cuMemAddressReserve, 2 MiB aligned), or one reserved here (base 0).
+    InPlaceWeights.flip then switches the range to another version of the
+    same layout (manifest.json's ranks[k].layout)."""
+    mnt = mount_point(mount)
+    device = rank if device is None else device
+    if not is_artfs_mount(mnt):
+        raise OSError(errno.ENODEV, f"{mnt} is not an artfs mount: no flip in place")
+    expect = _expectation(weight_version, rank, checkpoint_dir, expect, mnt, device, tp_size)
+    import torch
+    torch.cuda.set_device(device)
+    drv = _driver()
+    path = os.path.join(mnt, weight_version, "weights", f"rank{rank}")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fds, sizes, layout = _attach_and_fetch(fd, mnt, path, expect)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        rng = Range(drv, sizes, base, length)
+    except BaseException:
+        for slab_fd in fds:
+            os.close(slab_fd)
+        os.close(fd)
+        raise
+    att = _InPlaceAttachment(fd, rng)
+    weights = InPlaceWeights(att, weight_version, rank, mnt, device, layout)
+    try:
+        try:
+            rng.map(fds, sizes)
+        finally:
+            for slab_fd in fds:
+                os.close(slab_fd)  # the mappings keep the memory
+        att.slabs, att.sizes = list(rng.at), list(rng.sizes)
+        _fill_from_manifest(weights, att, mnt, weight_version, rank, device)
     except BaseException:
         weights.close()
         raise

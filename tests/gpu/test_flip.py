@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Flip in place (DESIGN.md §4.3, issue #38): an HF Llama bound in place, a
+CUDA graph of its forward captured on v1, flips to versions published
+GPU-direct by a trainer process: the same graph replays each version's
+eager logits, no data_ptr() changes, v1 freed by the flip, no memory
+allocated by it, 100 flips under a replay loop, a daemon kill -9 between two
+flips, another layout refused; the same tensors loaded from disk and
+published GPU-direct have one layout; tied tensors stay tied."""
+import json
+import os
+import subprocess
+import sys
+
+from conftest import BUILD, HERE, MOUNT, artfsctl
+from test_rl import rl
+from test_weights import finish
+
+
+def flip(*args):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "..", "..", "contrib", "python"), HERE])
+    return subprocess.Popen([sys.executable, os.path.join(HERE, "flip.py"), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def layout(wv):
+    with open(os.path.join(MOUNT, wv, "weights", "manifest.json")) as f:
+        return json.load(f)["ranks"][0]["layout"]
+
+
+def results(out):
+    return {r["step"]: r for r in (json.loads(line[7:]) for line in out.splitlines()
+                                   if line.startswith("RESULT "))}
+
+
+def test_flip_in_place_of_an_hf_llama(daemon, tmp_path):
+    disk = str(tmp_path / "a")
+    finish(flip("trainer", MOUNT, f"fl-a:1:4:{disk}", "fl-b:2:4", "fl-a2:1:4", "fl-o:3:3"))
+    artfsctl("load", "fl-ad", disk, "--gpus", "0")
+    # One layout for the same tensors, loaded from disk or published GPU-direct.
+    assert layout("fl-a") == layout("fl-b") == layout("fl-a2") == layout("fl-ad")
+    assert layout("fl-o") != layout("fl-a")
+    artfsctl("unload", "fl-ad")
+    e = flip("engine", MOUNT, str(daemon.proc.pid), os.path.join(BUILD, "artfsctl"),
+             "fl-a", "fl-b", "fl-a2", "fl-o")
+    out = finish(e)
+    print(out)
+    r = results(out)
+    assert r["bind"]["graph_is_eager"], r["bind"]
+    f = r["flip"]
+    assert f["graph_is_eager"] and f["differs_from_a"] and f["same_ptrs"], f
+    assert f["extra_during_mib"] < 64 and f["allocated_delta"] == 0, f  # no memory of the engine's
+    assert f["freed_mib"] >= f["slab_mib"] - 64, f                       # v1 went with the flip
+    n = r["flips"]
+    assert n["wrong"] == 0 and not n["errors"] and n["replays"] > 100 and n["a2_is_a"], n
+    assert r["kill"]["right"], r["kill"]
+    o = r["other"]
+    assert o["refused"] and "layout" in o["message"] and "bind" in o["message"] and o["intact"], o
+    for wv in ("fl-b", "fl-a2", "fl-o"):
+        artfsctl("unload", wv)
+
+
+def test_tied_tensors_stay_tied(daemon, tmp_path):
+    f1, f2 = str(tmp_path / "t1.safetensors"), str(tmp_path / "t2.safetensors")
+    finish(rl("trainer", MOUNT, "ft-1", "0", "-1", "3", f1))
+    finish(rl("trainer", MOUNT, "ft-2", "0", "-1", "4", f2))
+    assert layout("ft-1") == layout("ft-2")
+    r = results(finish(flip("tied", MOUNT, "ft-1", f1, "ft-2", f2)))
+    assert r["tied"]["v1"] and r["tied"]["v2"], r
+    artfsctl("unload", "ft-1")
+    artfsctl("unload", "ft-2")
+
+
+def test_libartfs_flip(daemon, tmp_path):
+    """bench/flip_bench: libartfs's attach in place and flip, from C."""
+    import torch
+    from safetensors.torch import save_file
+    dirs = {}
+    for wv, seed, extra in (("fc-1", 1, False), ("fc-2", 2, False), ("fc-o", 3, True)):
+        g = torch.Generator().manual_seed(seed)
+        t = {"a.weight": torch.randn(1024, 1024, generator=g).to(torch.bfloat16),
+             "b.weight": torch.randn(4096, generator=g)}
+        if extra:
+            t["c.weight"] = torch.zeros(8)
+        d = tmp_path / wv
+        d.mkdir()
+        save_file(t, str(d / "model.safetensors"))
+        dirs[wv] = (str(d), t)
+        artfsctl("load", wv, str(d), "--gpus", "0")
+    r = subprocess.run([os.path.join(BUILD, "flip_bench"), MOUNT, dirs["fc-1"][0], "fc-1", "fc-2",
+                        "fc-o", dirs["fc-o"][0], "20"], capture_output=True, text=True)
+    print(r.stdout, r.stderr)
+    assert r.returncode == 0, r.stderr
+    lines = {ln.split()[0]: ln.split()[1:] for ln in r.stdout.splitlines()}
+    name, at, sum1 = lines["ATTACHED"]
+
+    def bsum(wv):
+        return int(dirs[wv][1][name].contiguous().view(torch.uint8).sum())
+
+    assert int(sum1) == bsum("fc-1")
+    flipped = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("FLIPPED")]
+    assert [f[1] for f in flipped] == ["fc-2", "fc-1"] and all(f[2] == at for f in flipped)
+    assert int(flipped[0][3]) == bsum("fc-2") and int(flipped[1][3]) == bsum("fc-1")
+    assert "same address 1" in r.stdout
+    assert lines["OTHER"][0] == str(18) and "layout" in " ".join(lines["OTHER"])  # EXDEV
+    assert int(lines["INTACT"][0]) == bsum("fc-1")  # 20 flips end on fc-1; the refusal kept it
+    for wv in dirs:
+        artfsctl("unload", wv)
