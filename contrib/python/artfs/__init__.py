@@ -12,9 +12,11 @@ torch tensors that alias the daemon's slabs (no copy).
 
 Modules: artfs.envelope (keys and envelopes, without I/O), artfs.r3
 (publish, batches, reads through the mount; the envelope's names too),
-artfs.weights (GPU weights), artfs.vllm (vLLM's artifact store protocol
-over artfs, and the vllm.general_plugins entry point), artfs.cache (the
-environment that points the usual tools at the write-once tree .cache/).
+artfs.weights (GPU weights), artfs.blocks (raw blocks by key in .blocks/),
+artfs.vllm (vLLM's artifact store protocol and upstream vLLM's
+auxiliary-output store over artfs, and the vllm.general_plugins entry
+point), artfs.cache (the environment that points the usual tools at the
+write-once tree .cache/).
 """
 from .cache import env as cache_env
 from .cache import use as use_cache

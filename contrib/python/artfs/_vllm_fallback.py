@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""vLLM's artifact store classes, for where vLLM is not installed (a trainer,
-a test): same names, same hierarchy, same fields. artfs.vllm uses vLLM's
-own when it can import them."""
+"""vLLM's store classes (its artifact connector's and its auxiliary outputs'),
+for where vLLM is not installed (a trainer, a test): same names, same
+hierarchy, same fields. artfs.vllm uses vLLM's own when it can import them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,3 +30,17 @@ class ArtifactCorruptionError(ArtifactStoreError):
 
 class ArtifactNotFoundError(ArtifactStoreError):
     """A requested artifact object is not present (ENOENT)."""
+
+
+# Upstream vLLM's auxiliary outputs (vllm/distributed/aux_output_connector/store.py).
+
+@dataclass(frozen=True)
+class BlockObject:
+    """One immutable auxiliary output object: its key and its raw bytes."""
+
+    key: str
+    payload: bytes
+
+
+class BlockObjectStoreError(RuntimeError):
+    """AuxOutput storage or retrieval failed."""

@@ -229,12 +229,12 @@ def _batch(weight_version: str | None, records: Sequence[Record],
     return os.path.join(_mkdir_version(mnt, weight_version), ".put"), parts
 
 
-def _end_batch(fd: int, records: int) -> bytes:
-    """Ends a batch transaction and returns its result lines: a read from
-    offset 0 ends it (one round trip fewer than fsync). A daemon older than
-    that answers the read EINVAL: then fsync ends it (its errno is the
-    first failing record's, which the lines say too) and the read follows."""
-    expect = (records + 1) * _RESULT_LINE_MAX
+def _end_batch(fd: int, expect: int) -> bytes:
+    """Ends a batch transaction and returns its result lines (expect: their
+    bytes at most): a read from offset 0 ends it (one round trip fewer than
+    fsync). A daemon older than that answers the read EINVAL: then fsync
+    ends it (its errno is the first failing record's, which the lines say
+    too) and the read follows."""
     try:
         return _read_all(fd, expect)
     except OSError as e:
@@ -269,7 +269,7 @@ def publish_many(weight_version: str | None, records: Sequence[Record],
         raise _error(e.errno, what, path) from None
     try:
         _writev_all(fd, parts)
-        text = _end_batch(fd, len(records))
+        text = _end_batch(fd, (len(records) + 1) * _RESULT_LINE_MAX)
     except OSError as e:
         os.close(fd)
         raise _error(e.errno, what, path) from None
