@@ -746,7 +746,7 @@ int wfile_load(struct tree *t, struct wnode *n, uint8_t *dst, uint64_t size)
 static int adopt_write(struct tree *t, const struct wvalue *v, struct store_tmp *tmp)
 {
 	struct wheader hd = { .size = v->size };
-	int rc = store_tmp_open(&t->store, tmp, 0);
+	int rc = store_tmp_open(&t->store, tmp, WTREE_HEADER + v->size); /* its pages ahead */
 
 	if (rc < 0)
 		return rc;
