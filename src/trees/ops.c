@@ -657,7 +657,8 @@ int wtree_create(struct tree *t, struct node *node, const char *name, int flags,
 	int rc = name_free_locked(w, dir, name);
 	if (rc == -EEXIST) {
 		struct wnode *old = wnode_find_locked(w, dir, name);
-		rc = (flags & O_EXCL) ? -EEXIST : old->dir ? -EISDIR : -EACCES; /* written once */
+		/* written once; no old: a name of .blocks/'s batch files */
+		rc = (flags & O_EXCL) || !old ? -EEXIST : old->dir ? -EISDIR : -EACCES;
 	}
 	if (rc == 0 && !(n = wnode_new(w, dir, name, false)))
 		rc = -ENOMEM;
