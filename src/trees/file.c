@@ -58,18 +58,35 @@ static int refuse_locked(struct wtree *w)
 	return -ENOSPC;
 }
 
+/* The file to evict: the least recently opened that was not committed in
+ * the last WTREE_EVICT_GRACE seconds (a tool renames the file it just
+ * closed into place: evicted in between, its rename fails), else the
+ * least recently opened of all; NULL when none can go. */
+#define WTREE_EVICT_GRACE 2
+static struct wnode *victim_locked(struct wtree *w)
+{
+	int64_t fresh = clock_now() - WTREE_EVICT_GRACE;
+	unsigned looked = 0;
+
+	for (struct wnode *n = w->lru.lru_next; n != &w->lru && looked < 4096;
+	     n = n->lru_next, looked++)
+		if (n->mtime < fresh)
+			return n;
+	return w->lru.lru_next == &w->lru ? NULL : w->lru.lru_next;
+}
+
 int wfile_make_room_locked(struct tree *t, struct wtree *w, uint64_t need)
 {
 	if (need > w->capacity)
 		return w->p->evict ? -ENOSPC : refuse_locked(w);
 	while (w->bytes + w->reserved + need > w->capacity) {
-		struct wnode *n = w->lru.lru_next;
 		if (!w->p->evict && !(w->ttl && w->p->collect_locked &&
 				      w->p->collect_locked(w, clock_now())))
 			return refuse_locked(w);
 		if (!w->p->evict)
 			continue; /* collected: look again */
-		if (n == &w->lru)
+		struct wnode *n = victim_locked(w);
+		if (!n)
 			return -ENOSPC; /* every committed file is open */
 		evict_locked(t, w, n);
 	}
