@@ -196,6 +196,10 @@ def engine(mount, holder, ctl, a, b, a2, other):
                     ok = torch.equal(out, eager[cur[0]])
                 counts["replays"] += 1
                 counts["wrong"] += not ok
+                # Between steps, as an engine's loop has them: a lock taken
+                # again at once would starve the flipping thread (Python's
+                # locks are not fair), one flip waiting for many replays.
+                time.sleep(0.0005)
         except Exception as e:
             counts["errors"].append(str(e)[:300])
 
