@@ -239,38 +239,18 @@ static int get_write(struct tree *t, struct handle *h, uint64_t off, const void 
 	return rc;
 }
 
-static void get_release(struct tree *t, struct handle *h)
-{
-	transaction_release(t, (struct transaction *)h);
-	free(h);
-}
-
-static bool get_read_quick(struct tree *t, struct handle *h)
-{
-	(void)t, (void)h;
-	return false; /* reads and verifies every object asked */
-}
-
 static const struct handle_ops get_ops = {
 	.kind = "get",
 	.held_kind = HANDLE_GET,
 	.resume = transaction_resume,
 	.read = transaction_read,
 	.write = get_write,
-	.release = get_release,
-	.read_quick = get_read_quick,
+	.release = transaction_release_free,
+	.read_quick = transaction_read_not_quick, /* reads and verifies every object asked */
 };
 
 int get_open(struct tree *t, struct handle **h, struct open_reply *r)
 {
-	struct transaction *x = calloc(1, sizeof(*x));
-
 	(void)t;
-	if (!x)
-		return -ENOMEM;
-	transaction_init(x, &get_ops, run);
-	snprintf(x->who, sizeof(x->who), "get .keys");
-	r->direct_io = true;
-	*h = &x->h;
-	return 0;
+	return transaction_open(&get_ops, run, "get .keys", h, r);
 }

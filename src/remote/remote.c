@@ -159,17 +159,13 @@ int remote_put_many(struct remote *r, size_t n, const char *const *keys_hex,
 	return rc;
 }
 
-int remote_get_many(struct remote *r, size_t n, const char *const *keys_hex, uint8_t **vals,
+/* A batch of gets run, each one's value handed over (or freed), ops freed:
+ * 0, or the first result that is not. */
+static int gets_end(struct remote *r, struct op *ops, size_t n, int64_t started, uint8_t **vals,
 		    size_t *lens, int *results)
 {
-	int64_t started = redis_now();
 	int rc = 0;
 
-	if (n == 0)
-		return 0;
-	struct op *ops = ops_new(r, n, keys_hex, false, &rc);
-	if (!ops)
-		return rc;
 	remote_call_run(r, ops, n, started, "get");
 	for (size_t i = 0; i < n; i++) {
 		results[i] = ops[i].result;
@@ -182,6 +178,20 @@ int remote_get_many(struct remote *r, size_t n, const char *const *keys_hex, uin
 	}
 	ops_free(ops, n);
 	return rc;
+}
+
+int remote_get_many(struct remote *r, size_t n, const char *const *keys_hex, uint8_t **vals,
+		    size_t *lens, int *results)
+{
+	int64_t started = redis_now();
+	int rc = 0;
+
+	if (n == 0)
+		return 0;
+	struct op *ops = ops_new(r, n, keys_hex, false, &rc);
+	if (!ops)
+		return rc;
+	return gets_end(r, ops, n, started, vals, lens, results);
 }
 
 int remote_put(struct remote *r, const char key_hex[REMOTE_KEY_HEX], const void *val, size_t len)
@@ -228,18 +238,7 @@ int remote_get_named_many(struct remote *r, size_t n, const char *const *names, 
 	struct op *ops = ops_new_named(r, n, names, STEP_GET, &rc);
 	if (!ops)
 		return rc;
-	remote_call_run(r, ops, n, started, "get");
-	for (size_t i = 0; i < n; i++) {
-		results[i] = ops[i].result;
-		vals[i] = ops[i].result == 0 ? ops[i].got : NULL;
-		lens[i] = ops[i].result == 0 ? ops[i].got_len : 0;
-		if (ops[i].result != 0)
-			free(ops[i].got);
-		if (rc == 0)
-			rc = ops[i].result;
-	}
-	ops_free(ops, n);
-	return rc;
+	return gets_end(r, ops, n, started, vals, lens, results);
 }
 
 int remote_get_named(struct remote *r, const char *name, uint8_t **val, size_t *len)

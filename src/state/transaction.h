@@ -61,6 +61,14 @@ void transaction_results_drop(struct tree *t);
 /* Logs a failure of the transaction ("<who>: msg (errno text)"); returns err. */
 int transaction_fail(const struct transaction *x, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* A transaction file's handle, allocated here, its reads direct (its
+ * result is not what was written): 0 or -ENOMEM. */
+int transaction_open(const struct handle_ops *ops, int (*run)(struct tree *t, struct transaction *x),
+		     const char *who, struct handle **h, struct open_reply *r);
+/* The release of transaction_open's handle; a read that runs the request
+ * is never quick. */
+void transaction_release_free(struct tree *t, struct handle *h);
+bool transaction_read_not_quick(struct tree *t, struct handle *h);
 /* Frees what the transaction holds (not x itself). */
 void transaction_release(struct tree *t, struct transaction *x);
 /* A transaction (h, with its fh set) opened again by a daemon that takes

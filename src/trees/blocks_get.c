@@ -208,38 +208,18 @@ static int get_write(struct tree *t, struct handle *h, uint64_t off, const void 
 	return rc;
 }
 
-static void get_release(struct tree *t, struct handle *h)
-{
-	transaction_release(t, (struct transaction *)h);
-	free(h);
-}
-
-static bool get_read_quick(struct tree *t, struct handle *h)
-{
-	(void)t, (void)h;
-	return false; /* reads and checks every block asked */
-}
-
 static const struct handle_ops get_ops = {
 	.kind = "blocks get",
 	.held_kind = HANDLE_BLOCKS_GET,
 	.resume = transaction_resume,
 	.read = transaction_read,
 	.write = get_write,
-	.release = get_release,
-	.read_quick = get_read_quick,
+	.release = transaction_release_free,
+	.read_quick = transaction_read_not_quick, /* reads and checks every block asked */
 };
 
 int wblocks_get_open(struct tree *t, struct handle **h, struct open_reply *r)
 {
-	struct transaction *x = calloc(1, sizeof(*x));
-
 	(void)t;
-	if (!x)
-		return -ENOMEM;
-	transaction_init(x, &get_ops, run);
-	snprintf(x->who, sizeof(x->who), "get .blocks");
-	r->direct_io = true;
-	*h = &x->h;
-	return 0;
+	return transaction_open(&get_ops, run, "get .blocks", h, r);
 }
