@@ -400,3 +400,42 @@ def test_many_processes_put_and_get_at_once_every_byte_compared(mnt):
     assert bm["artfs_blocks_damaged_total"] == 0
     for i in range(48):
         assert read(mnt.path(BLOCKS, key(i, ns=str(i % 3)))) == block(i, 1000 + 37 * i)
+
+
+def _expiry_worker(mountpoint, seed, q):
+    """Puts into namespaces (a new one every 20 rounds, shared by all
+    workers) while the older ones expire (ttl=1), then gets what it just
+    put: every put 0, every get its own bytes or ENOENT (collected)."""
+    class M:
+        def path(self, *p):
+            return os.path.join(mountpoint, *p)
+    m, bad = M(), []
+    try:
+        deadline = time.time() + 6
+        r = 0
+        while time.time() < deadline:
+            pairs = [(key(f"{seed}-{r}-{j}", ns=f"n{r // 20}"), block(seed + j, 500))
+                     for j in range(8)]
+            rc, lines = put(m, pairs)
+            if rc != 0:
+                bad.append(("put", r, rc, lines[:2]))
+            got = get(m, [k for k, _ in pairs])
+            if got != b"".join(v for _, v in pairs) and got != errno.ENOENT:
+                bad.append(("get", r, got if isinstance(got, int) else len(got)))
+            r += 1
+            time.sleep(0.05 * (seed % 3))  # a namespace a second or so: earlier ones go idle
+    except Exception as e:
+        bad.append(("exception", repr(e)))
+    q.put(bad)
+
+
+def test_expiry_beside_many_putters_loses_no_put(make_mount):
+    """Namespace directories collected (ttl=1) while 6 processes put into
+    them and read back: no put fails, and a get gives its blocks' bytes, or
+    ENOENT when the janitor collected them in between, never other bytes."""
+    m = make_mount(ttl="1")
+    results = run_processes(_expiry_worker, [(m.mountpoint, s) for s in range(6)], timeout=120)
+    assert results == [[]] * 6
+    bm = blocks_metrics(m)
+    assert bm["artfs_blocks_damaged_total"] == 0
+    assert bm["artfs_blocks_collected_total"] > 0  # the janitor did collect meanwhile
