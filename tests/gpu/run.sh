@@ -3,16 +3,18 @@
 # The whole GPU check on a GPU host, from a build tree made by build.sh (or
 # $ARTFS_BUILD): mounts artfs, runs every GPU test and benchmark, prints a
 # table last, unmounts. Exit 77 where there is no GPU.
-#   ARTFS_GPU_PARTS="tests rl flip restart weights-bench flip-bench flip-in-place-bench cache-bench abi-bench hostload-bench disk-bench"
+#   ARTFS_GPU_PARTS="tests rl flip restart weights-bench flip-bench flip-in-place-bench cache-bench engine-bench abi-bench hostload-bench disk-bench"
 #   what to run (default: all but the loader settings sweeps, hostload-bench,
 #   disk-bench and abi-bench, which needs the build before the VMM slabs in
 #   $ARTFS_BUILD/old: see bench_weights_abi.py). cache-bench: torch.compile's
-#   caches in .cache/ against /dev/shm, on a daemon of its own (bench_cache.py)
+#   caches in .cache/ against /dev/shm, on a daemon of its own (bench_cache.py);
+#   engine-bench: a 1.1 B engine's whole restart, weights and compile caches
+#   from artfs against disk and a cold compile (bench_engine_restart.py)
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 : "${ARTFS_BUILD:=$top/.gpu-build}"
 : "${OUT:=/tmp/artfs-gpu-out}"
-: "${ARTFS_GPU_PARTS:=tests rl flip restart weights-bench flip-bench flip-in-place-bench cache-bench}"
+: "${ARTFS_GPU_PARTS:=tests rl flip restart weights-bench flip-bench flip-in-place-bench cache-bench engine-bench}"
 mkdir -p "$OUT"
 export ARTFS_BUILD OUT
 # Never use NVLink multicast on shared GPU hosts.
@@ -50,6 +52,10 @@ for part in $ARTFS_GPU_PARTS; do
 		{ "$PYTHON" "$here/bench_cache.py" --start --mount /tmp/artfs-cache-bench-mnt
 		  echo $? >"$OUT/cache-bench.rc"; } 2>&1 | tee "$OUT/cache-bench.log"
 		[ "$(cat "$OUT/cache-bench.rc" 2>/dev/null)" = 0 ] || status=1 ;;
+	engine-bench)
+		{ "$PYTHON" "$here/bench_engine_restart.py" --start --aot
+		  echo $? >"$OUT/engine-bench.rc"; } 2>&1 | tee "$OUT/engine-bench.log"
+		[ "$(cat "$OUT/engine-bench.rc" 2>/dev/null)" = 0 ] || status=1 ;;
 	esac
 done
 exit $status
