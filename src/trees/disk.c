@@ -290,3 +290,59 @@ int wdisk_link_locked(struct wtree *w, struct wnode *n, struct store_tmp *tmp)
 	}
 	return rc;
 }
+
+/* ---- long names of files being written ------------------------------------------- */
+
+static void long_name_file(char *buf, size_t len, uint64_t ino)
+{
+	snprintf(buf, len, "n.%llx", (unsigned long long)ino);
+}
+
+int wdisk_long_name_keep(struct wtree *w, uint64_t ino, const char *name)
+{
+	char file[32];
+	size_t len = strlen(name);
+
+	long_name_file(file, sizeof(file), ino);
+	int fd = openat(w->tmp_fd, file, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+			0600);
+	if (fd < 0)
+		return -errno;
+	/* No fsync: it serves a next daemon on this machine, as the
+	 * temporary file it names does. */
+	ssize_t n = write(fd, name, len);
+	int rc = n == (ssize_t)len ? 0 : n < 0 ? -errno : -EIO;
+	close(fd);
+	if (rc < 0)
+		unlinkat(w->tmp_fd, file, 0);
+	return rc;
+}
+
+int wdisk_long_name_read(struct wtree *w, uint64_t ino, const char *prefix, char *name,
+			 size_t size)
+{
+	char file[32];
+
+	long_name_file(file, sizeof(file), ino);
+	int fd = openat(w->tmp_fd, file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = read(fd, name, size);
+	close(fd);
+	if (n <= 0 || (size_t)n >= size)
+		return -EBADMSG; /* empty, unreadable, or longer than a name */
+	name[n] = '\0';
+	if (strlen(name) != (size_t)n || w->p->name_check(name) != 0 ||
+	    strncmp(name, prefix, strlen(prefix)) != 0)
+		return -EBADMSG;
+	return 0;
+}
+
+void wdisk_long_name_drop(struct wtree *w, uint64_t ino)
+{
+	char file[32];
+
+	long_name_file(file, sizeof(file), ino);
+	if (unlinkat(w->tmp_fd, file, 0) < 0 && errno != ENOENT)
+		log_err("%s: %s/%s: %s", w->p->label, w->p->tmp_dir, file, strerror(errno));
+}

@@ -105,6 +105,7 @@ struct wwrite {
 	bool written;
 	int error;              /* the first failure: its commit answers it */
 	bool ended;             /* committed or dropped */
+	uint64_t long_name_ino; /* its name kept beside it (wdisk_long_name_keep); 0: none */
 };
 
 static struct wtree *tree_of_node(struct wnode *n)
@@ -387,6 +388,7 @@ static int fsync_op(struct tree *t, struct handle *h)
 static void write_release(struct tree *t, struct handle *h)
 {
 	struct wwrite *f = (struct wwrite *)h;
+	bool handed = false;
 
 	if (f->ended) {
 	} else if (t->handing_over) { /* drained: its writer goes on with the next daemon */
@@ -394,6 +396,7 @@ static void write_release(struct tree *t, struct handle *h)
 		close(f->tmp.fd);
 		f->tmp.fd = -1;
 		f->ended = true;
+		handed = true;
 	} else if (!f->written && !t->closing) { /* an empty file: nothing to be partial */
 		commit(t, f);
 	} else { /* its writer's close never came (the daemon stops; another table closed) */
@@ -402,6 +405,8 @@ static void write_release(struct tree *t, struct handle *h)
 			 f->n->tree->p->label, f->n->name);
 	}
 	struct wtree *w = tree_of_node(f->n);
+	if (f->long_name_ino && !handed)
+		wdisk_long_name_drop(w, f->long_name_ino);
 	pthread_mutex_lock(&w->mu);
 	pending_end_locked(f->n);
 	pthread_mutex_unlock(&w->mu);
@@ -455,6 +460,17 @@ int wfile_create(struct tree *t, struct wnode *n, struct handle **h)
 		free(f);
 		return rc;
 	}
+	/* A name the holder's record cannot keep whole is kept beside the
+	 * temporary file, for a next daemon (nodes.c: revive_pending_locked). */
+	struct stat st;
+	if (strlen(n->name) >= HELD_NAME_MAX && fstat(f->tmp.fd, &st) == 0) {
+		int rc = wdisk_long_name_keep(w, st.st_ino, n->name);
+		if (rc == 0)
+			f->long_name_ino = st.st_ino;
+		else /* its writer gets EIO if a daemon takes over meanwhile */
+			log_err("%s: %.255s: keeping its name for a next daemon: %s", w->p->label,
+				n->name, strerror(-rc));
+	}
 	handle_init(&f->h, &write_ops);
 	f->n = n;
 	*h = &f->h;
@@ -506,6 +522,7 @@ int wfile_reopen(struct tree *t, struct wnode *n, const struct held_handle *rec,
 	f->size = st.st_size > WTREE_HEADER ? (uint64_t)st.st_size - WTREE_HEADER : 0;
 	f->owner = rec->text_at;
 	f->written = atomic_load(&rec->state) != 0;
+	f->long_name_ino = strlen(n->name) >= HELD_NAME_MAX ? n->ino : 0; /* revived by it */
 	pthread_mutex_lock(&w->mu);
 	n->size = f->size;
 	if (n->state == WNODE_PENDING && !n->counted) {

@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/log.h"
 #include "state/ids.h"
+#include "trees/names.h"
 #include "trees/wtree_i.h"
 
 static uint64_t name_hash(const struct wtree *w, const char *name)
@@ -341,16 +343,28 @@ void wtree_describe_locked(const struct node *node, struct held_node *d)
  * opened again (file.c: wfile_reopen). */
 static struct wnode *revive_pending_locked(struct wtree *w, const struct held_node *r)
 {
-	char name[HELD_NAME_MAX + 1];
+	char name[WTREE_NAME_MAX + 1];
 	uint64_t dir_ino, ino;
 
 	memcpy(&dir_ino, r->hash, sizeof(dir_ino));
 	memcpy(&ino, r->key, sizeof(ino));
 	struct wnode *dir = wnode_by_ino_locked(w, dir_ino);
-	if (!dir || !dir->dir || dir->state != WNODE_LIVE || r->name_len >= HELD_NAME_MAX)
-		return NULL; /* its directory is gone, or its name was longer than kept */
+	if (!dir || !dir->dir || dir->state != WNODE_LIVE)
+		return NULL; /* its directory is gone */
 	memcpy(name, r->name, r->name_len);
 	name[r->name_len] = '\0';
+	/* A longer name than the record keeps: kept beside its temporary file
+	 * (file.c: wfile_create), its first bytes the record's. */
+	if (r->name_len >= HELD_NAME_MAX) {
+		char prefix[HELD_NAME_MAX + 1];
+		memcpy(prefix, name, sizeof(prefix));
+		int rc = wdisk_long_name_read(w, ino, prefix, name, sizeof(name));
+		if (rc < 0) {
+			log_err("%s: a file being written named %.128s...: its whole name: %s",
+				w->p->label, prefix, strerror(-rc));
+			return NULL;
+		}
+	}
 	struct wnode *n = wnode_new(w, dir, name, false);
 	if (n)
 		wnode_ino_set_locked(w, n, ino);

@@ -420,6 +420,40 @@ def test_an_upgrade_keeps_the_tree_and_its_open_readers(mnt):
     assert sorted(os.listdir(d)) == sorted(list(want) + ["after"])
 
 
+@pytest.mark.parametrize("how", ["kill", "upgrade"])
+def test_writers_with_long_names_go_on_across_a_new_daemon(mnt, how):
+    """Files being written under names of 127 to 255 bytes (the holder's
+    record of a node keeps 128) when a daemon is killed or upgraded: each
+    writer goes on and its close commits the whole file; nothing is left
+    beside the temporary files afterwards."""
+    from conftest import artfsctl
+    d = mnt.path(CACHE, "long")
+    os.mkdir(d)
+    names = [("n" * k)[:k - 4] + f"{k:04d}" for k in (127, 128, 129, 200, 255)]
+    files = {}
+    for i, name in enumerate(names):
+        files[name] = open(os.path.join(d, name), "wb")
+        files[name].write(blob(i, 3000))
+        files[name].flush()
+    tmpdir = os.path.join(mnt.store, "cache-tmp")
+    assert len([n for n in os.listdir(tmpdir) if n.startswith("n.")]) == 4  # 128 bytes or more
+    old = mnt.daemon_pid()
+    if how == "kill":
+        mnt.kill_daemon()
+    else:
+        r = subprocess.run([artfsctl(), "-m", mnt.mountpoint, "upgrade"], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr + mnt.log()
+    mnt.wait_daemon_other_than(old)
+    for i, name in enumerate(names):
+        files[name].write(blob(100 + i, 5000))
+        files[name].close()
+    assert sorted(os.listdir(d)) == sorted(names)
+    for i, name in enumerate(names):
+        assert read(os.path.join(d, name)) == blob(i, 3000) + blob(100 + i, 5000)
+    assert os.listdir(tmpdir) == []
+
+
 def test_a_store_without_a_usable_tree_still_serves_r3(tmp_path):
     """<store>/cache is not a directory (a damaged store): the daemon
     serves, without .cache/, and says why."""
