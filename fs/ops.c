@@ -173,9 +173,17 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	reply_entry(req, rc, &e);
 }
 
+static void run_rmdir(struct job *j)
+{
+	fuse_reply_err(j->req, -again(tree_rmdir(tree_of(j->req), j->n, j->data), -ENOENT));
+}
+
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	fuse_reply_err(req, -again(tree_rmdir(tree_of(req), node_of(req, parent), name), -ENOENT));
+	/* With remote=, a .cache/ directory's removal tells the cluster. */
+	struct job j = { .run = run_rmdir, .req = req, .n = node_of(req, parent), .data = name };
+
+	run_job(tree_name_quick(tree_of(req), j.n), &j);
 }
 
 /* Whether req comes from this daemon itself: a thread of it, or a child

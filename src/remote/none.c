@@ -97,6 +97,15 @@ int remote_srem_named(struct remote *r, size_t n, const char *const *names,
 	return n ? -ENOTSUP : 0;
 }
 
+int remote_del_named(struct remote *r, size_t n, const char *const *names, int *results)
+{
+	(void)r;
+	(void)names;
+	for (size_t i = 0; i < n; i++)
+		results[i] = -ENOTSUP;
+	return n ? -ENOTSUP : 0;
+}
+
 int remote_members_named(struct remote *r, const char *name, size_t max, size_t max_len,
 			 char ***members, size_t *count)
 {

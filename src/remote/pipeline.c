@@ -221,7 +221,7 @@ static void on_members(struct op *op, const redisReply *reply)
 }
 
 /* The replies of the set steps: SADD (then its PEXPIRE, when one was
- * sent) and SMEMBERS. */
+ * sent), SMEMBERS, and DEL's count. */
 static void on_set_reply(struct remote *r, struct op *op, const redisReply *reply)
 {
 	if (op->step == STEP_MEMBERS && reply->type == REDIS_REPLY_ARRAY) {
@@ -257,7 +257,7 @@ static void on_reply(struct remote *r, struct op *ops, struct lane *l, const str
 		on_error(r, op, reply, o);
 		return;
 	}
-	if (op->step >= STEP_SADD && op->step <= STEP_MEMBERS) {
+	if (op->step >= STEP_SADD && op->step <= STEP_DEL) {
 		on_set_reply(r, op, reply);
 		return;
 	}
@@ -343,9 +343,9 @@ static int append_op(struct remote *r, struct lane *l, struct op *op, uint32_t i
 	int rc;
 	if (op->step == STEP_SADD || op->step == STEP_EXPIRE)
 		return append_sadd(r, l, op, index);
-	if (op->step == STEP_MEMBERS) {
-		const char *argv[] = { "SMEMBERS", op->key };
-		const size_t lens[] = { 8, op->key_len };
+	if (op->step == STEP_MEMBERS || op->step == STEP_DEL) {
+		const char *argv[] = { op->step == STEP_DEL ? "DEL" : "SMEMBERS", op->key };
+		const size_t lens[] = { op->step == STEP_DEL ? 3 : 8, op->key_len };
 		rc = redis_conn_append(l->slot->conn, 2, argv, lens);
 	} else if (op->step == STEP_SET) {
 		const char *argv[] = { "SET", op->key, (const char *)op->val, "NX", "PX", r->ttl_ms };

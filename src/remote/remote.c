@@ -287,6 +287,26 @@ int remote_srem_named(struct remote *r, size_t n, const char *const *names,
 	return set_change(r, "SREM", n, names, members, results);
 }
 
+int remote_del_named(struct remote *r, size_t n, const char *const *names, int *results)
+{
+	int64_t started = redis_now();
+	int rc = 0;
+
+	if (n == 0)
+		return 0;
+	struct op *ops = ops_new_named(r, n, names, STEP_DEL, &rc);
+	if (!ops)
+		return rc;
+	remote_call_run(r, ops, n, started, "del");
+	for (size_t i = 0; i < n; i++) {
+		results[i] = ops[i].result;
+		if (rc == 0)
+			rc = ops[i].result;
+	}
+	ops_free(ops, n);
+	return rc;
+}
+
 void remote_members_free(char **members, size_t count)
 {
 	for (size_t i = 0; members && i < count; i++)

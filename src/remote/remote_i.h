@@ -69,6 +69,7 @@ enum step {
 	STEP_SADD,     /* add (or remove) a member of a set, PEXPIRE in the same pipeline */
 	STEP_EXPIRE,   /* added: waiting for the PEXPIRE that follows */
 	STEP_MEMBERS,  /* SMEMBERS */
+	STEP_DEL,      /* DEL */
 	STEP_DONE,
 };
 

@@ -221,6 +221,17 @@ void wcluster_forget(struct wtree *w, const char *path)
 	free(name);
 }
 
+void wcluster_remove(struct wtree *w, const char *path, bool is_file)
+{
+	wcluster_forget(w, path);
+	char *name = is_file && cluster_usable(w) ? key_name(w, false, path) : NULL;
+	int result;
+
+	if (name)
+		cluster_note(w, remote_del_named(w->t->remote, 1, (const char *const *)&name, &result));
+	free(name);
+}
+
 /* The value of a file for the cluster: its SHA-256 then its bytes, read
  * back from fd (a store file: header first). */
 static int value_read(int fd, uint64_t size, const uint8_t sha[SHA_LEN], uint8_t **out)

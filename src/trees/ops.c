@@ -350,16 +350,59 @@ static void drop_tree_locked(struct wtree *w, struct wnode *dir)
 	drop_nodes_locked(w, dir);
 }
 
+static int rmdir_check_locked(struct wnode *dir, const char *name, struct wnode **n)
+{
+	int rc = dir_usable_locked(dir);
+
+	*n = rc == 0 ? wnode_find_locked(dir->tree, dir, name) : NULL;
+	if (rc == 0)
+		rc = !*n ? -ENOENT : !(*n)->dir ? -ENOTDIR
+		     : (*n)->dir->count || (*n)->dir->pending ? -ENOTEMPTY : 0;
+	return rc;
+}
+
+static int unlink_check_locked(struct wnode *dir, const char *name, struct wnode **n)
+{
+	int rc = dir_usable_locked(dir);
+
+	*n = rc == 0 ? wnode_find_locked(dir->tree, dir, name) : NULL;
+	if (rc == 0)
+		rc = !*n ? -ENOENT : (*n)->dir ? -EISDIR : 0;
+	return rc;
+}
+
+/* With remote=, a name removed here leaves the cluster first (its
+ * directory's set; a file's value too), so that no node (this one
+ * included, a lookup meanwhile) fetches it again: an operator's rm -rf
+ * stays done, and the name can be written anew. Copies other nodes
+ * fetched before stay theirs. .blocks/ names directories only (a block's
+ * cluster value stays until it expires). Then the check again under the
+ * lock, and the removal here. */
+static void remove_from_cluster(struct tree *t, struct wtree *w, struct wnode *dir,
+				const char *name, bool is_dir)
+{
+	char path[WTREE_PATH_MAX + 2];
+	struct wnode *n;
+
+	if (!t->remote || (!is_dir && !w->p->renames))
+		return;
+	pthread_mutex_lock(&w->mu);
+	int rc = is_dir ? rmdir_check_locked(dir, name, &n) : unlink_check_locked(dir, name, &n);
+	if (rc == 0)
+		rc = wnode_path_locked(n, path, sizeof(path));
+	pthread_mutex_unlock(&w->mu);
+	if (rc == 0)
+		wcluster_remove(w, path, !is_dir);
+}
+
 int wtree_rmdir(struct tree *t, struct node *node, const char *name)
 {
 	struct wtree *w = wtree_of(node);
-	struct wnode *dir = wnode_of(node);
+	struct wnode *dir = wnode_of(node), *n;
 
+	remove_from_cluster(t, w, dir, name, true);
 	pthread_mutex_lock(&w->mu);
-	int rc = dir_usable_locked(dir);
-	struct wnode *n = rc == 0 ? wnode_find_locked(w, dir, name) : NULL;
-	if (rc == 0)
-		rc = !n ? -ENOENT : !n->dir ? -ENOTDIR : n->dir->count || n->dir->pending ? -ENOTEMPTY : 0;
+	int rc = rmdir_check_locked(dir, name, &n);
 	if (rc == 0)
 		rc = wdisk_remove_locked(w, n);
 	if (rc == 0)
@@ -371,13 +414,11 @@ int wtree_rmdir(struct tree *t, struct node *node, const char *name)
 int wtree_unlink(struct tree *t, struct node *node, const char *name)
 {
 	struct wtree *w = wtree_of(node);
-	struct wnode *dir = wnode_of(node);
+	struct wnode *dir = wnode_of(node), *n;
 
+	remove_from_cluster(t, w, dir, name, false);
 	pthread_mutex_lock(&w->mu);
-	int rc = dir_usable_locked(dir);
-	struct wnode *n = rc == 0 ? wnode_find_locked(w, dir, name) : NULL;
-	if (rc == 0)
-		rc = !n ? -ENOENT : n->dir ? -EISDIR : 0;
+	int rc = unlink_check_locked(dir, name, &n);
 	if (rc == 0)
 		wfile_drop_locked(w, n);
 	pthread_mutex_unlock(&w->mu);

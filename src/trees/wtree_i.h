@@ -244,6 +244,11 @@ int wcluster_claim_value(struct wtree *w, const char *path, const struct wvalue 
  * away here: a temporary name other nodes need not list); its value stays
  * until it expires. */
 void wcluster_forget(struct wtree *w, const char *path);
+/* path removed here by its user (unlink, rmdir): its name leaves its
+ * directory's set and a file's value goes (DEL), so that no node fetches
+ * it again and the name can be written anew. Best effort (the client logs
+ * a failure). */
+void wcluster_remove(struct wtree *w, const char *path, bool is_file);
 /* Whether the cluster's set of path's directory names it: a committed
  * entry. A file renamed away on its node left that set while its value
  * stays until it expires; such a value is never taken for an entry. */

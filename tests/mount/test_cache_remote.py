@@ -152,6 +152,38 @@ def test_a_directory_renamed_into_place_on_a_is_what_b_finds(nodes):
     assert sorted(os.listdir(b.path(CACHE, "deep_gemm", "kernel"))) == ["k.cubin", "sub"]
 
 
+def test_rm_rf_on_a_node_stays_done(nodes):
+    """An operator clears a directory on A: it does not come back from the
+    cluster, on A or on a node that never saw it; B keeps the copies it
+    fetched before until it removes them too; a file written again after
+    is found everywhere again."""
+    a, b = nodes("a"), nodes("b")
+    os.makedirs(a.path(CACHE, "ind", "ab"))
+    for i in range(5):
+        write_atomic(a.path(CACHE, "ind", "ab", f"k{i}"), blob(40 + i, 1000))
+    write_atomic(a.path(CACHE, "keep"), blob(50, 10))
+    assert sorted(os.listdir(b.path(CACHE, "ind", "ab"))) == [f"k{i}" for i in range(5)]
+    r = subprocess.run(["rm", "-rf", a.path(CACHE, "ind")], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert os.listdir(a.path(CACHE)) == ["keep"]
+    assert not os.path.exists(a.path(CACHE, "ind", "ab", "k0"))
+    c = nodes("c")
+    assert os.listdir(c.path(CACHE)) == ["keep"]
+    assert not os.path.exists(c.path(CACHE, "ind"))
+    assert read(b.path(CACHE, "ind", "ab", "k3")) == blob(43, 1000)  # B's own copy
+    r = subprocess.run(["rm", "-rf", b.path(CACHE, "ind")], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(b.path(CACHE))) == ["keep"]
+    # Written again on B: every node finds it again.
+    os.makedirs(b.path(CACHE, "ind", "ab"))
+    write_atomic(b.path(CACHE, "ind", "ab", "k0"), blob(60, 900))
+    for m in (a, c):
+        assert os.listdir(m.path(CACHE, "ind", "ab")) == ["k0"]
+        assert read(m.path(CACHE, "ind", "ab", "k0")) == blob(60, 900)
+
+
 def _fetch_all(root, names, sizes, q):
     """Reads every name (fetched from the cluster by whichever reader asks
     first), comparing each byte; what went wrong, as a list."""
