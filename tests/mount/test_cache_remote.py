@@ -7,6 +7,7 @@ cluster stopped is a miss within remote_timeout; a tampered cluster value is
 never served. Every wait bounded."""
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -217,3 +218,64 @@ def test_many_readers_on_b_fetch_the_same_entries_at_once(nodes):
     stored = os.listdir(os.path.join(b.store, "cache", "shared", "k"))
     assert sorted(stored) == sorted(f"f{i}" for i in range(12))  # each kept once
     assert b.metrics()["artfs_cache_remote_hits_total"] >= 12
+
+
+def _churn_node(root, role, seed, q):
+    """On one node's mount: a writer (files named for their bytes), a
+    reader (every name listed: missing, or exactly its bytes) or a remover
+    (rm -rf of whole directories), 12 rounds. Errors a removal racing a
+    write or a read explains (ENOENT, ENOTEMPTY) are expected; any other,
+    and any wrong byte, is returned."""
+    import errno as E
+    bad = []
+    ok = (E.ENOENT, E.ENOTEMPTY)
+    for rnd in range(12):
+        d = os.path.join(root, f"d{rnd % 3}")
+        try:
+            if role == "writer":
+                sub = os.path.join(d, f"s{seed}")
+                os.makedirs(sub, exist_ok=True)
+                write_atomic(os.path.join(sub, f"f{rnd}"), blob(seed * 100 + rnd, 3000 + seed),
+                             tmp_name=f".tmp.{os.getpid()}")
+            elif role == "remover":
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                for top, _, files in os.walk(root):
+                    for f in files:
+                        if f.startswith(".tmp."):
+                            continue  # another process's, being renamed
+                        s_, r_ = int(os.path.basename(top)[1:]), int(f[1:])
+                        try:
+                            data = read(os.path.join(top, f))
+                        except OSError as e:
+                            if e.errno not in ok:
+                                bad.append(f"read {top}/{f}: {e}")
+                            continue
+                        if data != blob(s_ * 100 + r_, 3000 + s_):
+                            bad.append(f"{top}/{f}: other bytes")
+        except OSError as e:
+            if e.errno not in ok:
+                bad.append(f"{role} {seed} round {rnd}: {e}")
+        time.sleep(0.01)
+    q.put(bad)
+
+
+def test_removals_beside_writers_and_readers_on_two_nodes(nodes):
+    """rm -rf on both nodes while writers on both commit into the same
+    directories and readers read every name: no error a removal does not
+    explain, every byte read is its writer's, on either node, then and
+    after."""
+    from conftest import run_processes
+    a, b = nodes("a"), nodes("b")
+    ra, rb = a.path(CACHE, "churn"), b.path(CACHE, "churn")
+    os.makedirs(ra)
+    args = [(ra, "writer", 1), (rb, "writer", 2), (ra, "writer", 3), (rb, "writer", 4),
+            (ra, "remover", 0), (rb, "remover", 0), (ra, "reader", 0), (rb, "reader", 0)]
+    out = run_processes(_churn_node, args, timeout=240)
+    assert out == [[]] * len(args)
+    for m in (a, b):
+        for top, _, files in os.walk(m.path(CACHE, "churn")):
+            for f in files:
+                assert not f.startswith(".tmp."), (top, f)
+                s_, r_ = int(os.path.basename(top)[1:]), int(f[1:])
+                assert read(os.path.join(top, f)) == blob(s_ * 100 + r_, 3000 + s_)
