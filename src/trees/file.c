@@ -105,7 +105,7 @@ struct wwrite {
 	bool written;
 	int error;              /* the first failure: its commit answers it */
 	bool ended;             /* committed or dropped */
-	uint64_t long_name_ino; /* its name kept beside it (wdisk_long_name_keep); 0: none */
+	uint64_t long_name_ino; /* its name kept beside it (wlong_name_keep); 0: none */
 };
 
 static struct wtree *tree_of_node(struct wnode *n)
@@ -406,7 +406,7 @@ static void write_release(struct tree *t, struct handle *h)
 	}
 	struct wtree *w = tree_of_node(f->n);
 	if (f->long_name_ino && !handed)
-		wdisk_long_name_drop(w, f->long_name_ino);
+		wlong_name_drop(w, f->long_name_ino);
 	pthread_mutex_lock(&w->mu);
 	pending_end_locked(f->n);
 	pthread_mutex_unlock(&w->mu);
@@ -464,7 +464,7 @@ int wfile_create(struct tree *t, struct wnode *n, struct handle **h)
 	 * temporary file, for a next daemon (nodes.c: revive_pending_locked). */
 	struct stat st;
 	if (strlen(n->name) >= HELD_NAME_MAX && fstat(f->tmp.fd, &st) == 0) {
-		int rc = wdisk_long_name_keep(w, st.st_ino, n->name);
+		int rc = wlong_name_keep(w, st.st_ino, n->name);
 		if (rc == 0)
 			f->long_name_ino = st.st_ino;
 		else /* its writer gets EIO if a daemon takes over meanwhile */

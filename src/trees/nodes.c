@@ -358,7 +358,7 @@ static struct wnode *revive_pending_locked(struct wtree *w, const struct held_no
 	if (r->name_len >= HELD_NAME_MAX) {
 		char prefix[HELD_NAME_MAX + 1];
 		memcpy(prefix, name, sizeof(prefix));
-		int rc = wdisk_long_name_read(w, ino, prefix, name, sizeof(name));
+		int rc = wlong_name_read(w, ino, prefix, name, sizeof(name));
 		if (rc < 0) {
 			log_err("%s: a file being written named %.128s...: its whole name: %s",
 				w->p->label, prefix, strerror(-rc));

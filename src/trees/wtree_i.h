@@ -155,15 +155,15 @@ int wdisk_rename_locked(struct wtree *w, struct wnode *n, struct wnode *to_dir, 
 int wdisk_link_locked(struct wtree *w, struct wnode *n, struct store_tmp *tmp);
 /* A store file's header checked against its size; 0 or -EBADMSG. */
 int wdisk_header_read(int fd, struct wheader *hd, uint64_t file_size);
-/* The name of a file being written that is longer than the holder's
- * record of its node keeps (HELD_NAME_MAX), kept beside the temporary
- * files as n.<inode>, for a next daemon to make the file again under it:
- * keep (0 or -errno), read (0, or -errno: missing, or not a name of w
- * starting with the kept prefix), drop. */
-int wdisk_long_name_keep(struct wtree *w, uint64_t ino, const char *name);
-int wdisk_long_name_read(struct wtree *w, uint64_t ino, const char *prefix, char *name,
-			 size_t size);
-void wdisk_long_name_drop(struct wtree *w, uint64_t ino);
+
+/* long_names.c: the name of a file being written that is longer than the
+ * holder's record of its node keeps (HELD_NAME_MAX), kept beside the
+ * temporary files as n.<inode>, for a next daemon to make the file again
+ * under it: keep (0 or -errno), read (0, or -errno: missing, or not a
+ * name of w starting with the kept prefix), drop. */
+int wlong_name_keep(struct wtree *w, uint64_t ino, const char *name);
+int wlong_name_read(struct wtree *w, uint64_t ino, const char *prefix, char *name, size_t size);
+void wlong_name_drop(struct wtree *w, uint64_t ino);
 
 /* ops.c: dir/name as a directory here (made now, or by another call
  * meanwhile); *out referenced. */
