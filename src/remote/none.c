@@ -97,13 +97,13 @@ int remote_srem_named(struct remote *r, size_t n, const char *const *names,
 	return n ? -ENOTSUP : 0;
 }
 
-int remote_del_named(struct remote *r, size_t n, const char *const *names, int *results)
+int remote_srem_del_named(struct remote *r, const char *set, const char *member, const char *key)
 {
 	(void)r;
-	(void)names;
-	for (size_t i = 0; i < n; i++)
-		results[i] = -ENOTSUP;
-	return n ? -ENOTSUP : 0;
+	(void)set;
+	(void)member;
+	(void)key;
+	return -ENOTSUP;
 }
 
 int remote_members_named(struct remote *r, const char *name, size_t max, size_t max_len,

@@ -134,6 +134,21 @@ static struct op *ops_new_named(struct remote *r, size_t n, const char *const *n
 	return ops;
 }
 
+/* Each op's result into results, ops freed: 0, or the first result that
+ * is not. */
+static int results_end(struct op *ops, size_t n, int *results)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		results[i] = ops[i].result;
+		if (rc == 0)
+			rc = ops[i].result;
+	}
+	ops_free(ops, n);
+	return rc;
+}
+
 int remote_put_many(struct remote *r, size_t n, const char *const *keys_hex,
 		    const void *const *vals, const size_t *lens, int *results)
 {
@@ -150,13 +165,7 @@ int remote_put_many(struct remote *r, size_t n, const char *const *keys_hex,
 		ops[i].len = lens[i];
 	}
 	remote_call_run(r, ops, n, started, "put");
-	for (size_t i = 0; i < n; i++) {
-		results[i] = ops[i].result;
-		if (rc == 0)
-			rc = ops[i].result;
-	}
-	ops_free(ops, n);
-	return rc;
+	return results_end(ops, n, results);
 }
 
 /* A batch of gets run, each one's value handed over (or freed), ops freed:
@@ -164,20 +173,14 @@ int remote_put_many(struct remote *r, size_t n, const char *const *keys_hex,
 static int gets_end(struct remote *r, struct op *ops, size_t n, int64_t started, uint8_t **vals,
 		    size_t *lens, int *results)
 {
-	int rc = 0;
-
 	remote_call_run(r, ops, n, started, "get");
 	for (size_t i = 0; i < n; i++) {
-		results[i] = ops[i].result;
 		vals[i] = ops[i].result == 0 ? ops[i].got : NULL;
 		lens[i] = ops[i].result == 0 ? ops[i].got_len : 0;
 		if (ops[i].result != 0)
 			free(ops[i].got);
-		if (rc == 0)
-			rc = ops[i].result;
 	}
-	ops_free(ops, n);
-	return rc;
+	return results_end(ops, n, results);
 }
 
 int remote_get_many(struct remote *r, size_t n, const char *const *keys_hex, uint8_t **vals,
@@ -266,13 +269,7 @@ static int set_change(struct remote *r, const char *cmd, size_t n, const char *c
 		ops[i].len = strlen(members[i]);
 	}
 	remote_call_run(r, ops, n, started, cmd[1] == 'A' ? "sadd" : "srem");
-	for (size_t i = 0; i < n; i++) {
-		results[i] = ops[i].result;
-		if (rc == 0)
-			rc = ops[i].result;
-	}
-	ops_free(ops, n);
-	return rc;
+	return results_end(ops, n, results);
 }
 
 int remote_sadd_named(struct remote *r, size_t n, const char *const *names,
@@ -287,24 +284,21 @@ int remote_srem_named(struct remote *r, size_t n, const char *const *names,
 	return set_change(r, "SREM", n, names, members, results);
 }
 
-int remote_del_named(struct remote *r, size_t n, const char *const *names, int *results)
+int remote_srem_del_named(struct remote *r, const char *set, const char *member, const char *key)
 {
 	int64_t started = redis_now();
-	int rc = 0;
+	const char *names[] = { set, key };
+	int rc, results[2];
+	struct op *ops = ops_new_named(r, 2, names, STEP_SADD, &rc);
 
-	if (n == 0)
-		return 0;
-	struct op *ops = ops_new_named(r, n, names, STEP_DEL, &rc);
 	if (!ops)
 		return rc;
-	remote_call_run(r, ops, n, started, "del");
-	for (size_t i = 0; i < n; i++) {
-		results[i] = ops[i].result;
-		if (rc == 0)
-			rc = ops[i].result;
-	}
-	ops_free(ops, n);
-	return rc;
+	ops[0].set_cmd = "SREM";
+	ops[0].val = (const uint8_t *)member;
+	ops[0].len = strlen(member);
+	ops[1].step = STEP_DEL;
+	remote_call_run(r, ops, 2, started, "srem+del");
+	return results_end(ops, 2, results);
 }
 
 void remote_members_free(char **members, size_t count)

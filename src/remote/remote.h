@@ -90,10 +90,10 @@ int remote_sadd_named(struct remote *r, size_t n, const char *const *names,
  * set is 0). */
 int remote_srem_named(struct remote *r, size_t n, const char *const *names,
 		      const char *const *members, int *results);
-/* The keys named names[i] removed (DEL; an absent one is 0), in one
- * pipelined round per node: results[i] 0 or -EIO. Returns 0 or the first
- * non-zero result. */
-int remote_del_named(struct remote *r, size_t n, const char *const *names, int *results);
+/* member removed from the set named set (SREM, as above) and the key
+ * named key deleted (DEL; an absent one is 0), in one call: 0, or the
+ * first failure (-EIO). */
+int remote_srem_del_named(struct remote *r, const char *set, const char *member, const char *key);
 /* The members of the set named name (SMEMBERS): at most max of them (the
  * rest are left out), each a NUL-terminated malloc'd string of at most
  * max_len bytes (longer ones, and ones holding a NUL, are left out); an

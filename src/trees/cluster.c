@@ -205,17 +205,22 @@ static void publish_dirs(struct wtree *w, const char *path)
 	}
 }
 
-void wcluster_forget(struct wtree *w, const char *path)
+/* The set of path's directory (malloc'd, or NULL) and path's name in it. */
+static char *parent_set(const struct wtree *w, const char *path, const char **member)
 {
 	const char *slash = strrchr(path, '/');
-	size_t dir_len = slash ? (size_t)(slash - path) : 0;
-	char *name = dir_set_name(w, path, dir_len);
-	const char *member = slash ? slash + 1 : path;
+
+	*member = slash ? slash + 1 : path;
+	return dir_set_name(w, path, slash ? (size_t)(slash - path) : 0);
+}
+
+void wcluster_forget(struct wtree *w, const char *path)
+{
+	const char *member;
+	char *name = parent_set(w, path, &member);
 	int result;
 
-	if (!name)
-		return;
-	if (cluster_usable(w))
+	if (name && cluster_usable(w))
 		cluster_note(w, remote_srem_named(w->t->remote, 1, (const char *const *)&name,
 						  &member, &result));
 	free(name);
@@ -223,13 +228,17 @@ void wcluster_forget(struct wtree *w, const char *path)
 
 void wcluster_remove(struct wtree *w, const char *path, bool is_file)
 {
-	wcluster_forget(w, path);
-	char *name = is_file && cluster_usable(w) ? key_name(w, false, path) : NULL;
-	int result;
+	if (!is_file) {
+		wcluster_forget(w, path);
+		return;
+	}
+	const char *member;
+	char *set = parent_set(w, path, &member), *key = key_name(w, false, path);
 
-	if (name)
-		cluster_note(w, remote_del_named(w->t->remote, 1, (const char *const *)&name, &result));
-	free(name);
+	if (set && key && cluster_usable(w)) /* one round: its set, then its value */
+		cluster_note(w, remote_srem_del_named(w->t->remote, set, member, key));
+	free(set);
+	free(key);
 }
 
 /* The value of a file for the cluster: its SHA-256 then its bytes, read
