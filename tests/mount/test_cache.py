@@ -454,6 +454,74 @@ def test_writers_with_long_names_go_on_across_a_new_daemon(mnt, how):
     assert os.listdir(tmpdir) == []
 
 
+def _long_name(k, length):
+    return (f"k{k}-" + "x" * length)[:length]
+
+
+def _long_named_writer(root, seed, q):
+    """Files of 200-255-byte names, each written in pieces (so that a daemon
+    killed meanwhile finds them half-written), under a long temporary name,
+    then renamed onto a final name every writer uses."""
+    errors = []
+    for k in range(4):
+        final = os.path.join(root, _long_name(k, 200 + 18 * k))
+        tmp = os.path.join(root, _long_name(k, 255 - seed)[:-12] + f".tmp.{seed:06d}")
+        data = blob(seed * 10 + k, 6000 + 13 * seed)
+        try:
+            with open(tmp, "wb") as f:
+                for i in range(0, len(data), 1500):
+                    f.write(data[i:i + 1500])
+                    f.flush()
+                    time.sleep(0.03)
+            os.replace(tmp, final)
+        except OSError as e:
+            errors.append(f"{k}: {e}")
+    q.put(errors)
+
+
+def _long_named_reader(root, q):
+    bad = []
+    deadline = time.time() + 3
+    while time.time() < deadline:
+        for k in range(4):
+            try:
+                data = read(os.path.join(root, _long_name(k, 200 + 18 * k)))
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                bad.append(f"{k}: {e}")
+                continue
+            if not any(data == blob(s * 10 + k, 6000 + 13 * s) for s in range(8)):
+                bad.append(f"{k}: other bytes")
+    q.put(bad)
+
+
+def test_long_named_writers_and_readers_across_a_kill_9(mnt):
+    """8 processes write files under names of 200-255 bytes, in pieces, and
+    rename them onto shared final names while 2 read them; the daemon is
+    killed in the middle: no writer or reader sees an error, every final
+    name holds one writer's bytes, and no kept name or temporary file is
+    left."""
+    from conftest import run_processes
+    import threading
+    root = mnt.path(CACHE, "long-many")
+    os.mkdir(root)
+    killed = []
+    t = threading.Thread(target=lambda: (time.sleep(0.25), killed.append(mnt.kill_daemon())))
+    t.start()
+    out = run_processes(lambda r, role, seed, q: (_long_named_writer(r, seed, q) if role == "w"
+                                                 else _long_named_reader(r, q)),
+                        [(root, "w", s) for s in range(8)] + [(root, "r", 0)] * 2, timeout=180)
+    t.join()
+    mnt.wait_daemon_other_than(killed[0])
+    assert out == [[]] * 10
+    assert sorted(os.listdir(root)) == sorted(_long_name(k, 200 + 18 * k) for k in range(4))
+    for k in range(4):
+        data = read(os.path.join(root, _long_name(k, 200 + 18 * k)))
+        assert any(data == blob(s * 10 + k, 6000 + 13 * s) for s in range(8)), k
+    assert os.listdir(os.path.join(mnt.store, "cache-tmp")) == []
+
+
 def test_a_store_without_a_usable_tree_still_serves_r3(tmp_path):
     """<store>/cache is not a directory (a damaged store): the daemon
     serves, without .cache/, and says why."""
