@@ -25,15 +25,24 @@ NOBODY = 65534
 # ---- the held memory's records of requests in flight (src/restart/held.h) -------------
 
 def held_path(m):
-    """/proc/<holder>/fd/N of the memory the holder keeps for its daemons."""
+    """/proc/<holder>/fd/N of the memory the holder keeps for its daemons.
+    The holder makes it after the mount (it records the kernel's INIT
+    first): a loaded host shows the mount before it, so it is waited for."""
     fds = f"/proc/{m.proc.pid}/fd"
-    for n in os.listdir(fds):
-        try:
-            if os.readlink(os.path.join(fds, n)).startswith("/memfd:artfs-held"):
-                return os.path.join(fds, n)
-        except OSError:
-            pass
-    raise AssertionError("the holder keeps no artfs-held memory")
+    found = []
+
+    def look():
+        for n in os.listdir(fds):
+            try:
+                if os.readlink(os.path.join(fds, n)).startswith("/memfd:artfs-held"):
+                    found.append(os.path.join(fds, n))
+                    return True
+            except OSError:
+                pass
+        return False
+    if not wait_for(look, timeout=20):
+        raise AssertionError("the holder keeps no artfs-held memory")
+    return found[-1]
 
 
 def inflight_slots(fd):
