@@ -2,10 +2,12 @@
 """Real-mount fixtures: every test gets an artfs daemon of its own (the build
 named by $ARTFS_DAEMON, normal or sanitized) on a fresh mountpoint and store."""
 import errno
+import faulthandler
 import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -17,6 +19,11 @@ VECTORS = os.environ.get("ARTFS_VECTORS",
                          os.path.join(os.path.dirname(__file__), "..", "vectors"))
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
                    "SUMMARY: UndefinedBehaviorSanitizer")
+# No test may run longer than this (seconds): then the watchdog below says
+# where it hangs and breaks the hang, so that a hang fails one test within
+# minutes instead of stalling the suite until CI gives up without a word.
+TEST_LIMIT = float(os.environ.get("ARTFS_TEST_LIMIT", "480"))
+LIVE_MOUNTS = set()  # Mounts whose holder runs, for the watchdog
 
 
 def artfsctl():
@@ -71,6 +78,7 @@ class Mount:
         cmd = [DAEMON, "-f", "-o", opts, *extra_args, self.mountpoint]
         self.log_fh = open(self.logfile, "a")
         self.proc = subprocess.Popen(cmd, stdout=self.log_fh, stderr=subprocess.STDOUT)
+        LIVE_MOUNTS.add(self)
         deadline = time.time() + 20
         while time.time() < deadline:
             if is_mounted(self.mountpoint):
@@ -95,6 +103,7 @@ class Mount:
             self.proc.kill()
             rc = self.proc.wait()
         self.proc = None
+        LIVE_MOUNTS.discard(self)
         self.log_fh.close()
         if check:
             log = self.log()
@@ -144,6 +153,7 @@ class Mount:
         self.proc.kill()
         self.proc.wait()
         self.proc = None
+        LIVE_MOUNTS.discard(self)
         self.log_fh.close()
         subprocess.run(["umount", "-l", self.mountpoint], check=False)
 
@@ -329,3 +339,121 @@ def run_processes(target, arglists, timeout=120):
     for p in procs:
         p.join(timeout=30)
     return results
+
+
+# ---- every test bounded in time -------------------------------------------------------
+
+def _fuse_mounts_under(prefix):
+    """(mountpoint, FUSE connection number) of each FUSE mount under prefix,
+    read from mountinfo (a stat of a hung mount would hang too)."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            sep = fields.index("-")
+            if fields[sep + 1].startswith("fuse") and fields[4].startswith(prefix):
+                major, minor = (int(x) for x in fields[2].split(":"))
+                out.append((fields[4], (major << 20) | minor))
+    return out
+
+
+def _blocked_processes(limit=12):
+    """What the processes in uninterruptible sleep wait for: pid, command,
+    kernel stack."""
+    lines = []
+    for pid in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if state != "D":
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:160]
+            with open(f"/proc/{pid}/stack") as f:
+                stack = " < ".join(l.split()[1].split("+")[0] for l in f.read().splitlines()[:8])
+        except (OSError, IndexError):
+            continue
+        lines.append(f"  {pid} D {cmd}\n      {stack}")
+        if len(lines) == limit:
+            break
+    return lines
+
+
+def _break_hang(nodeid, base, err):
+    """Says where the test hangs (its threads, its daemons, the blocked
+    processes), then aborts every FUSE connection under base and kills the
+    holders, so that what waited on a mount gets an error and the test fails
+    instead of hanging."""
+    print(f"\n=== watchdog: {nodeid} still running after {TEST_LIMIT:.0f} s ===", file=err)
+    err.flush()
+    faulthandler.dump_traceback(file=err, all_threads=True)
+    for m in list(LIVE_MOUNTS):
+        proc = m.proc
+        if proc is None:
+            continue
+        print(f"--- mount {m.mountpoint}: holder {proc.pid}, daemons {m.daemons()}; "
+              f"its log's end:", file=err)
+        print("\n".join(m.log().splitlines()[-40:]), file=err)
+    print("--- processes in uninterruptible sleep:", file=err)
+    print("\n".join(_blocked_processes()) or "  none", file=err)
+    for path, conn in _fuse_mounts_under(base):
+        try:
+            with open(f"/sys/fs/fuse/connections/{conn}/abort", "w") as f:
+                f.write("1")
+            print(f"--- aborted the FUSE connection {conn} of {path}", file=err)
+        except OSError as e:
+            print(f"--- could not abort the FUSE connection {conn} of {path}: {e}", file=err)
+    for m in list(LIVE_MOUNTS):
+        if m.proc is not None:
+            m.proc.kill()
+    err.flush()
+
+
+@pytest.fixture(autouse=True)
+def _bounded_in_time(request, tmp_path_factory):
+    """Every test: a watchdog that breaks a hang after TEST_LIMIT seconds
+    (_break_hang), and, once it ends, no mount of it left behind (a test
+    that failed before its stop() leaves its holder running)."""
+    base = str(tmp_path_factory.getbasetemp())
+    done = threading.Event()
+
+    def watch():
+        if done.wait(TEST_LIMIT):
+            return
+        _break_hang(request.node.nodeid, base, sys.stderr)
+        if done.wait(60):
+            return
+        # Still hung with every mount aborted: end the run, saying so where
+        # it is seen (outside pytest's capture).
+        capman = request.config.pluginmanager.getplugin("capturemanager")
+        if capman is not None:
+            capman.suspend_global_capture(in_=False)
+        _break_hang(request.node.nodeid, base, sys.__stderr__)
+        os._exit(70)
+
+    watchdog = threading.Thread(target=watch, name="watchdog", daemon=True)
+    watchdog.start()
+    yield
+    done.set()
+    for m in list(LIVE_MOUNTS):
+        if m.proc is not None and m.proc.poll() is None:
+            m.stop(check=False)
+        else:
+            LIVE_MOUNTS.discard(m)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The run itself bounded too: a process a test forked and left stuck
+    would keep Python's exit waiting on it (multiprocessing joins its
+    children at exit); after 120 s the run ends anyway, saying why."""
+    status = int(exitstatus)
+
+    def guard():
+        time.sleep(120)
+        print("\n=== watchdog: the test run has not exited 120 s after its end; "
+              "processes in uninterruptible sleep:", file=sys.__stderr__)
+        print("\n".join(_blocked_processes()) or "  none", file=sys.__stderr__)
+        sys.__stderr__.flush()
+        os._exit(status or 70)
+
+    threading.Thread(target=guard, name="exit-watchdog", daemon=True).start()

@@ -26,5 +26,5 @@ fi
 
 ARTFS_DAEMON="$daemon"
 export ARTFS_DAEMON
-exec "$PYTHON" -m pytest -q -p no:cacheprovider -o console_output_style=classic \
+exec "$PYTHON" -m pytest -q -p no:cacheprovider -o console_output_style=classic --durations=20 \
 	--rootdir "$here" "$here"
