@@ -314,6 +314,15 @@ static int commit_claim(struct wtree *w, struct wwrite *f, struct wheader *hd)
 	return rc;
 }
 
+/* The file is no longer written: a name kept beside it goes with it (a
+ * writer's close returns before the kernel sends the release). */
+static void long_name_end(struct wtree *w, struct wwrite *f)
+{
+	if (f->long_name_ino)
+		wlong_name_drop(w, f->long_name_ino);
+	f->long_name_ino = 0;
+}
+
 static int commit(struct tree *t, struct wwrite *f)
 {
 	struct wtree *w = tree_of_node(f->n);
@@ -339,6 +348,7 @@ static int commit(struct tree *t, struct wwrite *f)
 	if (f->reserved)
 		write_unreserve(f);
 	store_tmp_close(&f->tmp);
+	long_name_end(w, f);
 	if (rc < 0 && rc != -ENOSPC && rc != -EFBIG && rc != -ENOENT)
 		log_err("%s: committing %.255s: %s", w->p->label, f->n->name, strerror(-rc));
 	return rc;
@@ -353,6 +363,7 @@ static void drop(struct wwrite *f)
 	if (f->reserved)
 		write_unreserve(f);
 	store_tmp_close(&f->tmp);
+	long_name_end(w, f);
 	pthread_mutex_lock(&w->mu);
 	pending_end_locked(f->n);
 	pthread_mutex_unlock(&w->mu);
@@ -405,8 +416,8 @@ static void write_release(struct tree *t, struct handle *h)
 			 f->n->tree->p->label, f->n->name);
 	}
 	struct wtree *w = tree_of_node(f->n);
-	if (f->long_name_ino && !handed)
-		wlong_name_drop(w, f->long_name_ino);
+	if (!handed)
+		long_name_end(w, f);
 	pthread_mutex_lock(&w->mu);
 	pending_end_locked(f->n);
 	pthread_mutex_unlock(&w->mu);
