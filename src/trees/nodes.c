@@ -323,18 +323,25 @@ void wtree_redescribe(struct wtree *w, struct wnode *n)
 void wtree_describe_locked(const struct node *node, struct held_node *d)
 {
 	const struct wnode *n = (const struct wnode *)node;
-	size_t len = strlen(n->name);
+
+	wtree_describe_as_locked(n, n->parent, n->name, d);
+}
+
+void wtree_describe_as_locked(const struct wnode *n, const struct wnode *parent,
+			      const char *name, struct held_node *d)
+{
+	size_t len = strlen(name);
 
 	memcpy(d->key, &n->ino, sizeof(n->ino));
 	d->sub = n->state == WNODE_PENDING;
-	if (d->sub) /* being written: its directory, to make it again there */
-		memcpy(d->hash, &n->parent->ino, sizeof(n->parent->ino));
+	if ((d->sub || n->dir) && parent) /* its directory: where a file being written is made again */
+		memcpy(d->hash, &parent->ino, sizeof(parent->ino));
 	else if (!n->dir) {
 		memcpy(d->hash, n->sha, 32);
 		d->hash_len = 32;
 	}
 	d->name_len = (uint8_t)(len > HELD_NAME_MAX ? HELD_NAME_MAX : len);
-	memcpy(d->name, n->name, d->name_len);
+	memcpy(d->name, name, d->name_len);
 	d->name[d->name_len] = '\0';
 }
 
@@ -371,6 +378,30 @@ static struct wnode *revive_pending_locked(struct wtree *w, const struct held_no
 	return n;
 }
 
+/* Whether n, found by r's inode number, is the node r describes, and not
+ * another that was given the number since. A committed file is told by
+ * its digest whatever its name: a daemon that took over may have renamed
+ * it before the kernel named its id to it (the tools' temporary file
+ * renamed into place right after a crash), and the record kept the name
+ * it had when its id was given. Otherwise by its name, or by its
+ * directory (a directory renamed in its parent, a file being written
+ * then). */
+static bool is_described_locked(const struct wnode *n, const struct held_node *r)
+{
+	uint64_t parent;
+
+	if (n->state != WNODE_LIVE || (n->dir != NULL) != (r->type == NODE_CACHE_DIR))
+		return false;
+	if (!n->dir && !r->sub)
+		return memcmp(n->sha, r->hash, 32) == 0;
+	size_t len = strlen(n->name);
+	if (strncmp(n->name, r->name, r->name_len) == 0 &&
+	    (len == r->name_len || (r->name_len == HELD_NAME_MAX && len > HELD_NAME_MAX)))
+		return true; /* a longer name than the record keeps: its first bytes */
+	memcpy(&parent, r->hash, sizeof(parent));
+	return parent && n->parent && n->parent->ino == parent;
+}
+
 /* The node of w that r describes, referenced, or NULL. */
 static struct node *revive_in(struct wtree *w, const struct held_node *r)
 {
@@ -383,9 +414,7 @@ static struct node *revive_in(struct wtree *w, const struct held_node *r)
 	memcpy(&ino, r->key, sizeof(ino));
 	pthread_mutex_lock(&w->mu);
 	struct wnode *n = wnode_by_ino_locked(w, ino);
-	if (n && (n->state != WNODE_LIVE || (n->dir != NULL) != (r->type == NODE_CACHE_DIR) ||
-		  strncmp(n->name, r->name, r->name_len) != 0 ||
-		  (!n->dir && !r->sub && memcmp(n->sha, r->hash, 32) != 0)))
+	if (n && !is_described_locked(n, r))
 		n = NULL; /* its inode number was given to another since */
 	if (!n && r->sub)
 		n = revive_pending_locked(w, r);

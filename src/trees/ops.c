@@ -630,6 +630,30 @@ static void rename_dir_publish(struct tree *t, struct wnode *dir)
 	free(m.v);
 }
 
+/* The record the next daemon finds from's node by says where it goes,
+ * before it moves: a daemon killed after the move but before its answer
+ * leaves the kernel to send the rename again, which the next daemon takes
+ * as done (the source is gone), and the kernel's entry of the new name
+ * then names this node. That node, referenced, or NULL. */
+static struct wnode *rename_announce(struct wtree *w, struct wnode *fdir, const char *from,
+				     struct wnode *tdir, const char *to)
+{
+	struct held_node d;
+
+	memset(&d, 0, sizeof(d));
+	pthread_mutex_lock(&w->mu);
+	struct wnode *src = dir_usable_locked(fdir) == 0 && dir_usable_locked(tdir) == 0
+				    ? wnode_find_locked(w, fdir, from) : NULL;
+	if (src) {
+		wtree_describe_as_locked(src, tdir, to, &d);
+		node_ref(&src->node);
+	}
+	pthread_mutex_unlock(&w->mu);
+	if (src)
+		ids_node_redescribe(w->t, &src->node, &d);
+	return src;
+}
+
 int wtree_rename(struct tree *t, struct node *from_node, const char *from, struct node *to_node,
 		 const char *to, unsigned flags)
 {
@@ -649,6 +673,7 @@ int wtree_rename(struct tree *t, struct node *from_node, const char *from, struc
 	}
 	if (t->remote && !spath[0] && dir_find_path(w, fdir, from, spath, sizeof(spath)) < 0)
 		spath[0] = '\0';
+	struct wnode *announced = rename_announce(w, fdir, from, tdir, to);
 	pthread_mutex_lock(&w->mu);
 	int rc = dir_usable_locked(fdir);
 	struct wnode *src = rc == 0 ? wnode_find_locked(w, fdir, from) : NULL;
@@ -674,6 +699,11 @@ int wtree_rename(struct tree *t, struct node *from_node, const char *from, struc
 	if (moved) { /* the next daemon finds it under its new name */
 		wtree_redescribe(w, moved);
 		node_unref(&moved->node, 1);
+	}
+	if (announced) { /* it did not move (or another did): as it is */
+		if (announced != moved)
+			wtree_redescribe(w, announced);
+		node_unref(&announced->node, 1);
 	}
 	/* Other nodes list it by its new name only (a source dropped because
 	 * the name held a directory already: by none). */

@@ -173,6 +173,10 @@ int wdir_make(struct wtree *w, struct wnode *dir, const char *name, struct wnode
  * brought up to date after a commit or a rename (not under the tree's
  * lock: the ids' lock comes first). */
 void wtree_describe_locked(const struct node *n, struct held_node *d);
+/* n described as it will be once moved to parent/name (a rename's record,
+ * written before the move). */
+void wtree_describe_as_locked(const struct wnode *n, const struct wnode *parent,
+			      const char *name, struct held_node *d);
 void wtree_redescribe(struct wtree *w, struct wnode *n);
 
 /* file.c */
