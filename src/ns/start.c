@@ -169,6 +169,7 @@ int tree_take_over(struct tree *t)
 		}
 	}
 	held_take_over(&t->held);
+	wtrees_take_over(t);
 	weights_take_over(t);
 	t->node_scan_started = pthread_create(&t->node_scan, NULL, scan_nodes, t) == 0;
 	if (!t->node_scan_started) /* without it, new ids come from above the mark only */

@@ -270,6 +270,18 @@ struct held_handle *held_handle_get(struct held *h, uint64_t fh)
 	return r;
 }
 
+void held_handles_each(struct held *h, uint8_t kind,
+		       void (*fn)(const struct held_handle *r, void *ctx), void *ctx)
+{
+	uint32_t handles = atomic_load(&h->hdr->handles_high);
+
+	for (uint32_t s = 0; s < handles && s < HELD_HANDLES_MAX; s++) {
+		const struct held_handle *r = handle_at(h, s);
+		if (atomic_load_explicit(&r->kind, memory_order_acquire) == kind)
+			fn(r, ctx);
+	}
+}
+
 /* ---- text pages -------------------------------------------------------------------- */
 
 static bool page_used(const struct held *h, size_t p)

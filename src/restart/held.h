@@ -179,6 +179,10 @@ static inline uint32_t held_handle_slot(uint64_t fh)
 }
 /* Frees fh's slot and its text (nothing when fh is not live). */
 void held_handle_free(struct held *h, uint64_t fh);
+/* fn(record, ctx) for each live handle of kind, for a daemon that took
+ * over and does not serve yet (nothing allocates or frees meanwhile). */
+void held_handles_each(struct held *h, uint8_t kind,
+		       void (*fn)(const struct held_handle *r, void *ctx), void *ctx);
 
 /* ---- request texts ------------------------------------------------------------------ */
 

@@ -460,7 +460,7 @@ int wfile_create(struct tree *t, struct wnode *n, struct handle **h)
 	static atomic_ulong counter;
 	struct wtree *w = tree_of_node(n);
 
-	snprintf(f->tmp.name, sizeof(f->tmp.name), "w.%ld.%lu", (long)getpid(),
+	snprintf(f->tmp.name, sizeof(f->tmp.name), WFILE_TMP_PREFIX "%ld.%lu", (long)getpid(),
 		 atomic_fetch_add(&counter, 1));
 	f->tmp.dirfd = w->tmp_fd;
 	f->tmp.fd = openat(w->tmp_fd, f->tmp.name,

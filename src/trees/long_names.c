@@ -9,15 +9,30 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "lib/log.h"
 #include "trees/wtree_i.h"
 
+#define LONG_NAME_PREFIX "n."
+
 static void long_name_file(char *buf, size_t len, uint64_t ino)
 {
-	snprintf(buf, len, "n.%llx", (unsigned long long)ino);
+	snprintf(buf, len, LONG_NAME_PREFIX "%llx", (unsigned long long)ino);
+}
+
+bool wlong_name_file(const char *file, uint64_t *ino)
+{
+	const char *hex = file + strlen(LONG_NAME_PREFIX);
+	char *end;
+
+	if (strncmp(file, LONG_NAME_PREFIX, strlen(LONG_NAME_PREFIX)) != 0 || !*hex ||
+	    strspn(hex, "0123456789abcdef") != strlen(hex) || strlen(hex) > 16)
+		return false;
+	*ino = strtoull(hex, &end, 16);
+	return *end == '\0';
 }
 
 int wlong_name_keep(struct wtree *w, uint64_t ino, const char *name)

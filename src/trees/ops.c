@@ -69,6 +69,14 @@ int wtree_open(struct tree *t, enum wtree_kind kind, char *err, size_t errlen)
 	return 0;
 }
 
+void wtrees_take_over(struct tree *t)
+{
+	if (t->cache)
+		wtmp_orphans_drop(t, t->cache);
+	if (t->blocks)
+		wtmp_orphans_drop(t, t->blocks);
+}
+
 void wtree_close(struct tree *t, enum wtree_kind kind)
 {
 	struct wtree *w = *slot_of(t, kind);

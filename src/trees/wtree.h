@@ -38,6 +38,9 @@ enum wtree_kind { WTREE_CACHE, WTREE_BLOCKS };
  * store); t->cache or t->blocks from then on. 0 or -errno with why in err. */
 int wtree_open(struct tree *t, enum wtree_kind kind, char *err, size_t errlen);
 void wtree_close(struct tree *t, enum wtree_kind kind);
+/* For a daemon that takes over, before it serves: drops what a daemon
+ * before left in the trees' tmp directories that no writer holds. */
+void wtrees_take_over(struct tree *t);
 
 /* The tree's root directory node (.cache, .blocks), referenced. */
 struct node *wtree_root(struct wtree *w);

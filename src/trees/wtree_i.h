@@ -164,6 +164,15 @@ int wdisk_header_read(int fd, struct wheader *hd, uint64_t file_size);
 int wlong_name_keep(struct wtree *w, uint64_t ino, const char *name);
 int wlong_name_read(struct wtree *w, uint64_t ino, const char *prefix, char *name, size_t size);
 void wlong_name_drop(struct wtree *w, uint64_t ino);
+/* Whether file (an entry of the tmp directory) is a kept long name, and
+ * of which inode. */
+bool wlong_name_file(const char *file, uint64_t *ino);
+
+/* tmp_orphans.c: for a daemon that takes over, before it serves: drops
+ * the temporary files of w that no open handle names (a daemon made them
+ * and ended before it answered the create, which the kernel then sent to
+ * the next one) and the kept long names of files no longer written. */
+void wtmp_orphans_drop(struct tree *t, struct wtree *w);
 
 /* ops.c: dir/name as a directory here (made now, or by another call
  * meanwhile); *out referenced. */
@@ -183,6 +192,9 @@ void wtree_redescribe(struct wtree *w, struct wnode *n);
 /* A committed file leaves the store, the tree's counts and its directory
  * (unlink, eviction, a failed check, a dropped rename source). */
 void wfile_drop_locked(struct wtree *w, struct wnode *n);
+/* Files being written are <tmp_dir>/w.<pid>.<n>, named in their handle's
+ * record (held_handle.key) once it is made. */
+#define WFILE_TMP_PREFIX "w."
 int wfile_create(struct tree *t, struct wnode *n, struct handle **h);
 int wfile_open(struct tree *t, struct wnode *n, struct handle **h);
 /* The bytes of the committed file n (size bytes, n->size when it was

@@ -454,6 +454,138 @@ def test_writers_with_long_names_go_on_across_a_new_daemon(mnt, how):
     assert os.listdir(tmpdir) == []
 
 
+@pytest.mark.parametrize("how", ["kill", "upgrade"])
+def test_a_new_daemon_drops_temporary_files_no_writer_holds(mnt, how):
+    """What a daemon killed while making a file leaves in cache-tmp (its
+    temporary file, made before the holder's record of the handle names
+    it, and the kept long name of a file no longer written) is dropped by
+    the next daemon; the temporary files of writers that go on, and their
+    long names, stay, and their files commit whole."""
+    from conftest import artfsctl
+    d = mnt.path(CACHE, "orphans")
+    os.mkdir(d)
+    names = ["short", "L" * 200]
+    files = {}
+    for i, name in enumerate(names):
+        files[name] = open(os.path.join(d, name), "wb")
+        files[name].write(blob(i, 2000))
+        files[name].flush()
+    tmpdir = os.path.join(mnt.store, "cache-tmp")
+    held = sorted(os.listdir(tmpdir))
+    assert len(held) == 3  # two temporary files and one long name
+    # As a daemon killed between its openat and its record leaves them:
+    left = ["w.999999.7", "w.1.0", "n.ffffffffff", "n.7"]
+    for name in left:
+        with open(os.path.join(tmpdir, name), "wb") as f:
+            f.write(b"left by a daemon")
+    old = mnt.daemon_pid()
+    if how == "kill":
+        mnt.kill_daemon()
+    else:
+        r = subprocess.run([artfsctl(), "-m", mnt.mountpoint, "upgrade"], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr + mnt.log()
+    mnt.wait_daemon_other_than(old)
+    os.listdir(d)  # served by the new daemon, which dropped them first
+    assert sorted(os.listdir(tmpdir)) == held, mnt.log()
+    assert mnt.wait_log("dropped 4 temporary files no writer holds")
+    for i, name in enumerate(names):
+        files[name].write(blob(10 + i, 3000))
+        files[name].close()
+    for i, name in enumerate(names):
+        assert read(os.path.join(d, name)) == blob(i, 2000) + blob(10 + i, 3000)
+    assert os.listdir(tmpdir) == []
+
+
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_renamed_into_place_first_thing_after_a_kill(mnt, what):
+    """A tool's temporary file (or directory) is committed, the daemon is
+    killed, and the next daemon's first request about it is its rename
+    into place (as a crash between a tool's write and its os.replace
+    leaves it): the kernel's entry of the new name keeps the id the
+    killed daemon gave, and it must name the file there (it answered
+    ENOENT, until the kernel forgot the entry)."""
+    root = mnt.path(CACHE, "into-place")
+    os.mkdir(root)
+    if what == "file":
+        tmp, final = os.path.join(root, ".tmp.77"), os.path.join(root, "entry")
+        with open(tmp, "wb") as f:
+            f.write(blob(5, 4000))
+        want = {"": blob(5, 4000)}
+    else:
+        tmp, final = os.path.join(root, "tmp.pid_77"), os.path.join(root, "kernel")
+        os.mkdir(tmp)
+        os.mkdir(os.path.join(tmp, "sub"))
+        want = {"a.cubin": blob(6, 3000), "sub/b.json": blob(7, 100)}
+        for name, data in want.items():
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(data)
+    os.stat(tmp)  # the kernel holds an id for it
+    mnt.wait_daemon_other_than(mnt.kill_daemon())
+    os.rename(tmp, final)
+    for name, data in want.items():
+        assert read(os.path.join(final, name) if name else final) == data
+    if what == "directory":
+        assert sorted(os.listdir(final)) == ["a.cubin", "sub"]
+        assert os.listdir(os.path.join(final, "sub")) == ["b.json"]
+
+
+def _creating_writer(root, seed, q):
+    """Makes, writes and renames small files for 3 s: every call 0."""
+    errors = []
+    deadline, i = time.time() + 3, 0
+    while time.time() < deadline:
+        tmp = os.path.join(root, f".tmp.{seed}.{i}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(blob(seed * 1000 + i, 700))
+            os.replace(tmp, os.path.join(root, f"f{seed}-{i}"))
+        except OSError as e:
+            errors.append(f"{i}: {e}")
+        i += 1
+    q.put(errors)
+
+
+def test_creates_across_daemon_kills_leave_no_temporary_file(mnt):
+    """6 processes make files as fast as they can while the daemon is
+    killed 6 times: no call fails, every file is whole, and once they are
+    done cache-tmp is empty (a create the kernel resent to the next daemon
+    leaves nothing behind from the one that was killed)."""
+    import threading
+    root = mnt.path(CACHE, "creates")
+    os.mkdir(root)
+
+    def killer():
+        for _ in range(6):
+            time.sleep(0.4)
+            pid = mnt.kill_daemon()
+            mnt.wait_daemon_other_than(pid)
+    t = threading.Thread(target=killer)
+    t.start()
+    out = run_processes(_creating_writer, [(root, s) for s in range(6)], timeout=120)
+    t.join()
+    assert out == [[]] * 6
+    for name in os.listdir(root):
+        s_, i = (int(x) for x in name[1:].split("-"))
+        assert read_or_log(mnt, os.path.join(root, name)) == blob(s_ * 1000 + i, 700)
+    assert tmp_left(mnt.store) == []
+
+
+def tmp_left(store):
+    """What cache-tmp holds once every writer is done, less what a create
+    the daemon died answering leaves: the kernel sends it again to the next
+    daemon, and the first daemon's temporary file (empty: its writer never
+    had it) and the name kept beside it stay, named by the record of a
+    handle the kernel never got, until the next fresh mount."""
+    tmpdir = os.path.join(store, "cache-tmp")
+    names = os.listdir(tmpdir)
+    unanswered = {os.stat(os.path.join(tmpdir, n)).st_ino for n in names
+                  if n.startswith("w.") and os.path.getsize(os.path.join(tmpdir, n)) == 0}
+    return [n for n in names if not (n.startswith("w.") and
+                                     os.stat(os.path.join(tmpdir, n)).st_ino in unanswered)
+            and not (n.startswith("n.") and int(n[2:], 16) in unanswered)]
+
+
 def _long_name(k, length):
     return (f"k{k}-" + "x" * length)[:length]
 
@@ -519,7 +651,7 @@ def test_long_named_writers_and_readers_across_a_kill_9(mnt):
     for k in range(4):
         data = read(os.path.join(root, _long_name(k, 200 + 18 * k)))
         assert any(data == blob(s * 10 + k, 6000 + 13 * s) for s in range(8)), k
-    assert os.listdir(os.path.join(mnt.store, "cache-tmp")) == []
+    assert tmp_left(mnt.store) == []
 
 
 def test_a_store_without_a_usable_tree_still_serves_r3(tmp_path):
@@ -619,3 +751,19 @@ def test_eviction_beside_many_writers_and_readers(make_mount):
     for name in os.listdir(root):
         s, r = (int(x) for x in name[1:].split("-"))
         assert read(os.path.join(root, name)) == blob(s * 100 + r, 9000)
+
+
+def read_or_log(m, path):
+    try:
+        return read(path)
+    except OSError as e:
+        name = os.path.basename(path)
+        instore = os.path.exists(os.path.join(m.store, "cache", "creates", name))
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2")
+        try:
+            again = len(read(path))
+        except OSError as e2:
+            again = repr(e2)
+        raise AssertionError(f"{path}: {e}; in store: {instore}; after drop_caches: {again}\n"
+                             + "\n".join(m.log().splitlines()[-8:]))
