@@ -43,6 +43,18 @@ def read(path):
         return f.read()
 
 
+def read_or_log(m, path):
+    """read(path); when it fails, says whether the store holds the file
+    and how the daemon's log ends."""
+    try:
+        return read(path)
+    except OSError as e:
+        rel = os.path.relpath(path, m.path(CACHE))
+        instore = os.path.exists(os.path.join(m.store, "cache", rel))
+        raise AssertionError(f"{path}: {e}; in the store: {instore}\n"
+                             + "\n".join(m.log().splitlines()[-12:]))
+
+
 def cache_metrics(m):
     return {k: v for k, v in m.metrics().items() if k.startswith("artfs_cache")}
 
@@ -752,18 +764,3 @@ def test_eviction_beside_many_writers_and_readers(make_mount):
         s, r = (int(x) for x in name[1:].split("-"))
         assert read(os.path.join(root, name)) == blob(s * 100 + r, 9000)
 
-
-def read_or_log(m, path):
-    try:
-        return read(path)
-    except OSError as e:
-        name = os.path.basename(path)
-        instore = os.path.exists(os.path.join(m.store, "cache", "creates", name))
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("2")
-        try:
-            again = len(read(path))
-        except OSError as e2:
-            again = repr(e2)
-        raise AssertionError(f"{path}: {e}; in store: {instore}; after drop_caches: {again}\n"
-                             + "\n".join(m.log().splitlines()[-8:]))

@@ -224,8 +224,8 @@ def _churn_node(root, role, seed, q):
     """On one node's mount: a writer (files named for their bytes), a
     reader (every name listed: missing, or exactly its bytes) or a remover
     (rm -rf of whole directories), 12 rounds. Errors a removal racing a
-    write or a read explains (ENOENT, ENOTEMPTY) are expected; any other,
-    and any wrong byte, is returned."""
+    write or a read explains (ENOENT, ENOTEMPTY, and EEXIST from makedirs)
+    are expected; any other, and any wrong byte, is returned."""
     import errno as E
     bad = []
     ok = (E.ENOENT, E.ENOTEMPTY)
@@ -234,7 +234,12 @@ def _churn_node(root, role, seed, q):
         try:
             if role == "writer":
                 sub = os.path.join(d, f"s{seed}")
-                os.makedirs(sub, exist_ok=True)
+                try:
+                    os.makedirs(sub, exist_ok=True)
+                except FileExistsError:
+                    # mkdir found it and a remover took it before makedirs
+                    # looked whether it is a directory
+                    continue
                 write_atomic(os.path.join(sub, f"f{rnd}"), blob(seed * 100 + rnd, 3000 + seed),
                              tmp_name=f".tmp.{os.getpid()}")
             elif role == "remover":
