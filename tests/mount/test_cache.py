@@ -432,23 +432,20 @@ def test_an_upgrade_keeps_the_tree_and_its_open_readers(mnt):
     assert sorted(os.listdir(d)) == sorted(list(want) + ["after"])
 
 
-@pytest.mark.parametrize("how", ["kill", "upgrade"])
-def test_writers_with_long_names_go_on_across_a_new_daemon(mnt, how):
-    """Files being written under names of 127 to 255 bytes (the holder's
-    record of a node keeps 128) when a daemon is killed or upgraded: each
-    writer goes on and its close commits the whole file; nothing is left
-    beside the temporary files afterwards."""
-    from conftest import artfsctl
-    d = mnt.path(CACHE, "long")
-    os.mkdir(d)
-    names = [("n" * k)[:k - 4] + f"{k:04d}" for k in (127, 128, 129, 200, 255)]
+def _open_writing(d, names, size):
+    """Files d/name opened for writing, blob(i, size) written to each."""
     files = {}
     for i, name in enumerate(names):
         files[name] = open(os.path.join(d, name), "wb")
-        files[name].write(blob(i, 3000))
+        files[name].write(blob(i, size))
         files[name].flush()
-    tmpdir = os.path.join(mnt.store, "cache-tmp")
-    assert len([n for n in os.listdir(tmpdir) if n.startswith("n.")]) == 4  # 128 bytes or more
+    return files
+
+
+def _next_daemon(mnt, how):
+    """The serving daemon killed (how="kill") or upgraded; once another
+    serves."""
+    from conftest import artfsctl
     old = mnt.daemon_pid()
     if how == "kill":
         mnt.kill_daemon()
@@ -457,6 +454,21 @@ def test_writers_with_long_names_go_on_across_a_new_daemon(mnt, how):
                            text=True, timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr + mnt.log()
     mnt.wait_daemon_other_than(old)
+
+
+@pytest.mark.parametrize("how", ["kill", "upgrade"])
+def test_writers_with_long_names_go_on_across_a_new_daemon(mnt, how):
+    """Files being written under names of 127 to 255 bytes (the holder's
+    record of a node keeps 128) when a daemon is killed or upgraded: each
+    writer goes on and its close commits the whole file; nothing is left
+    beside the temporary files afterwards."""
+    d = mnt.path(CACHE, "long")
+    os.mkdir(d)
+    names = [("n" * k)[:k - 4] + f"{k:04d}" for k in (127, 128, 129, 200, 255)]
+    files = _open_writing(d, names, 3000)
+    tmpdir = os.path.join(mnt.store, "cache-tmp")
+    assert len([n for n in os.listdir(tmpdir) if n.startswith("n.")]) == 4  # 128 bytes or more
+    _next_daemon(mnt, how)
     for i, name in enumerate(names):
         files[name].write(blob(100 + i, 5000))
         files[name].close()
@@ -473,15 +485,10 @@ def test_a_new_daemon_drops_temporary_files_no_writer_holds(mnt, how):
     it, and the kept long name of a file no longer written) is dropped by
     the next daemon; the temporary files of writers that go on, and their
     long names, stay, and their files commit whole."""
-    from conftest import artfsctl
     d = mnt.path(CACHE, "orphans")
     os.mkdir(d)
     names = ["short", "L" * 200]
-    files = {}
-    for i, name in enumerate(names):
-        files[name] = open(os.path.join(d, name), "wb")
-        files[name].write(blob(i, 2000))
-        files[name].flush()
+    files = _open_writing(d, names, 2000)
     tmpdir = os.path.join(mnt.store, "cache-tmp")
     held = sorted(os.listdir(tmpdir))
     assert len(held) == 3  # two temporary files and one long name
@@ -490,14 +497,7 @@ def test_a_new_daemon_drops_temporary_files_no_writer_holds(mnt, how):
     for name in left:
         with open(os.path.join(tmpdir, name), "wb") as f:
             f.write(b"left by a daemon")
-    old = mnt.daemon_pid()
-    if how == "kill":
-        mnt.kill_daemon()
-    else:
-        r = subprocess.run([artfsctl(), "-m", mnt.mountpoint, "upgrade"], capture_output=True,
-                           text=True, timeout=60)
-        assert r.returncode == 0, r.stdout + r.stderr + mnt.log()
-    mnt.wait_daemon_other_than(old)
+    _next_daemon(mnt, how)
     os.listdir(d)  # served by the new daemon, which dropped them first
     assert sorted(os.listdir(tmpdir)) == held, mnt.log()
     assert mnt.wait_log("dropped 4 temporary files no writer holds")
