@@ -334,7 +334,9 @@ void wtree_describe_as_locked(const struct wnode *n, const struct wnode *parent,
 
 	memcpy(d->key, &n->ino, sizeof(n->ino));
 	d->sub = n->state == WNODE_PENDING;
-	if ((d->sub || n->dir) && parent) /* its directory: where a file being written is made again */
+	/* Its directory: where a file being written is made again, and what
+	 * tells a directory renamed in it (nodes.c: is_described_locked). */
+	if ((d->sub || n->dir) && parent)
 		memcpy(d->hash, &parent->ino, sizeof(parent->ino));
 	else if (!n->dir) {
 		memcpy(d->hash, n->sha, 32);

@@ -23,7 +23,7 @@
 #define TMP_NAME_MAX sizeof(((struct held_handle *)0)->key)
 
 /* The temporary names that the live write handles name, then the inodes
- * of those that exist. */
+ * of those that exist: each sorted once, then searched per entry. */
 struct kept {
 	char (*names)[TMP_NAME_MAX + 1];
 	size_t nnames, cap_names;
@@ -32,69 +32,72 @@ struct kept {
 	bool short_of_memory;
 };
 
-static bool grow(void **arr, size_t *cap, size_t n, size_t size)
+/* arr with room for one more of size bytes after n: arr, a larger copy
+ * (cap updated), or NULL. */
+static void *room_for_one(void *arr, size_t *cap, size_t n, size_t size)
 {
 	if (n < *cap)
-		return true;
+		return arr;
 	size_t cap2 = *cap ? *cap * 2 : 16;
-	void *p = realloc(*arr, cap2 * size);
-	if (!p)
-		return false;
-	*arr = p;
-	*cap = cap2;
-	return true;
+	void *p = realloc(arr, cap2 * size);
+	if (p)
+		*cap = cap2;
+	return p;
 }
 
 static void keep_name(const struct held_handle *r, void *ctx)
 {
 	struct kept *k = ctx;
+	char(*names)[TMP_NAME_MAX + 1] = room_for_one(k->names, &k->cap_names, k->nnames,
+						       sizeof(*k->names));
 
-	if (!grow((void **)&k->names, &k->cap_names, k->nnames, sizeof(*k->names))) {
+	if (!names) {
 		k->short_of_memory = true;
 		return;
 	}
+	k->names = names;
 	memcpy(k->names[k->nnames], r->key, TMP_NAME_MAX);
 	k->names[k->nnames++][TMP_NAME_MAX] = '\0';
 }
 
-static bool named(const struct kept *k, const char *name)
+static int name_cmp(const void *a, const void *b)
 {
-	for (size_t i = 0; i < k->nnames; i++)
-		if (strcmp(k->names[i], name) == 0)
-			return true;
-	return false;
+	return strcmp(a, b);
 }
 
-static bool ino_kept(const struct kept *k, uint64_t ino)
+static int ino_cmp(const void *a, const void *b)
 {
-	for (size_t i = 0; i < k->ninos; i++)
-		if (k->inos[i] == ino)
-			return true;
-	return false;
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
 }
 
 /* Whether name (an entry of w's tmp directory) stays: a temporary file a
- * handle names (its inode noted), a long name of one of those, or what
- * this code does not know. */
+ * handle names (its inode noted), a long name of one of those (once the
+ * inodes are sorted), or what this code does not know. */
 static bool stays(struct wtree *w, struct kept *k, const char *name, bool long_names)
 {
 	uint64_t ino;
 	struct stat st;
 
-	if (!long_names) {
-		if (strncmp(name, WFILE_TMP_PREFIX, strlen(WFILE_TMP_PREFIX)) != 0)
-			return true;
-		if (!named(k, name))
-			return false;
-		if (fstatat(w->tmp_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-			if (grow((void **)&k->inos, &k->cap_inos, k->ninos, sizeof(*k->inos)))
-				k->inos[k->ninos++] = st.st_ino;
-			else
-				k->short_of_memory = true;
-		}
+	if (long_names)
+		return !wlong_name_file(name, &ino) ||
+		       (k->ninos && bsearch(&ino, k->inos, k->ninos, sizeof(*k->inos), ino_cmp));
+	if (strncmp(name, WFILE_TMP_PREFIX, strlen(WFILE_TMP_PREFIX)) != 0)
 		return true;
+	if (strlen(name) > TMP_NAME_MAX || !k->nnames ||
+	    !bsearch(name, k->names, k->nnames, sizeof(*k->names), name_cmp))
+		return false;
+	if (fstatat(w->tmp_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		uint64_t *inos = room_for_one(k->inos, &k->cap_inos, k->ninos, sizeof(*k->inos));
+		if (inos) {
+			k->inos = inos;
+			k->inos[k->ninos++] = st.st_ino;
+		} else {
+			k->short_of_memory = true;
+		}
 	}
-	return !wlong_name_file(name, &ino) || ino_kept(k, ino);
+	return true;
 }
 
 void wtmp_orphans_drop(struct tree *t, struct wtree *w)
@@ -112,11 +115,15 @@ void wtmp_orphans_drop(struct tree *t, struct wtree *w)
 		return;
 	}
 	held_handles_each(&t->held, HANDLE_CACHE_WRITE, keep_name, &k);
+	if (k.nnames)
+		qsort(k.names, k.nnames, sizeof(*k.names), name_cmp);
 	/* Temporary files first: the inodes of those kept say which long
 	 * names stay. Short of memory, nothing more is dropped: a writer's
 	 * file is worth more than a leftover. */
 	for (int pass = 0; pass < 2 && !k.short_of_memory; pass++) {
 		struct dirent *e;
+		if (pass == 1 && k.ninos)
+			qsort(k.inos, k.ninos, sizeof(*k.inos), ino_cmp);
 		rewinddir(d);
 		while ((e = readdir(d)) && !k.short_of_memory) {
 			if (stays(w, &k, e->d_name, pass == 1))
