@@ -94,3 +94,37 @@ def test_replay_refuses_results_other_than_recorded(tmp_path):
     replay(TRACES, root)
     with pytest.raises(ReplayError, match="EEXIST, recorded ok"):
         replay(TRACES, root)
+
+
+@pytest.mark.parametrize("kill_after", [0.0, 0.02, 0.05])
+def test_the_traces_replay_alike_across_daemon_kills(mnt, tmp_path, kill_after):
+    """The recorded cold and warm traces replayed while the daemon is
+    killed (kill -9) 6 times, each kill_after seconds after the one before
+    began to serve: every op gets the result it got on a local disk, and
+    the tree ends as the local one (the tool never sees a crash)."""
+    import threading
+    import time
+    done = threading.Event()
+    kills = []
+
+    def killer():
+        pid = mnt.daemon_pid()
+        while len(kills) < 6 and not done.wait(kill_after):
+            os.kill(pid, 9)
+            kills.append(pid)
+            pid = mnt.wait_daemon_other_than(pid)
+            # serving (a daemon killed before it serves makes the holder
+            # pause before the next: a crash loop, not what this tests)
+            assert mnt.wait_log(f"(daemon {pid}, after a crash", timeout=60), mnt.log()
+    t = threading.Thread(target=killer)
+    t.start()
+    try:
+        there = replay(TRACES, cache_root(mnt), first_stays=True)
+    finally:
+        done.set()
+        t.join()
+    here = replay(TRACES, local_root(tmp_path))
+    assert kills, "the replay ended before the first kill"
+    assert there.tree == here.tree
+    assert there.counts == here.counts
+    assert there.check() == here.tree
