@@ -35,6 +35,7 @@
 #include "lib/log.h"
 #include "lib/parallel.h"
 #include "restart/held.h"
+#include "state/ids.h"
 
 static struct {
 	pthread_mutex_t mu;
@@ -55,7 +56,6 @@ static struct {
 } pool = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
 static _Thread_local bool leading;
-static _Thread_local bool resent;   /* the request this thread serves was sent again */
 
 #define LEAD_SPIN_NS 50000   /* see receive() */
 #define LEAD_SPIN_SLOW_NS 2000000 /* the longest it asks while a slow request runs */
@@ -137,7 +137,7 @@ static void note(struct held_inflight *f, const struct fuse_buf *buf, int n)
 
 bool fs_request_resent(void)
 {
-	return resent;
+	return ids_request_resent();
 }
 
 /* With resend=0 (HELD_NO_RESEND), a request the kernel sent again (bit 63
@@ -177,10 +177,13 @@ static int lead(struct fuse_buf *buf)
 			return n < 0 && n != -ENODEV ? n : 1;
 		note(f, buf, n);
 		/* FUSE_NOTIFY_RESEND marks what it sends again with bit 63. */
-		resent = n >= (int)sizeof(struct fuse_in_header) &&
-			 (((const struct fuse_in_header *)buf->mem)->unique >> 63);
+		uint64_t unique = n >= (int)sizeof(struct fuse_in_header)
+					  ? ((const struct fuse_in_header *)buf->mem)->unique : 0;
+		bool resent = unique >> 63;
+		ids_request_note(unique, resent);
 		if (!(resent && pool.held && fail_resent(pool.held, buf->mem, (size_t)n)))
 			fuse_session_process_buf(pool.se, buf);
+		ids_request_note(0, false);
 		note(f, buf, 0);
 		if (!leading) /* it was slow and handed off: it ended now */
 			atomic_fetch_sub(&pool.slow, 1);

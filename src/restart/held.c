@@ -271,14 +271,14 @@ struct held_handle *held_handle_get(struct held *h, uint64_t fh)
 }
 
 void held_handles_each(struct held *h, uint8_t kind,
-		       void (*fn)(const struct held_handle *r, void *ctx), void *ctx)
+		       void (*fn)(const struct held_handle *r, uint64_t fh, void *ctx), void *ctx)
 {
 	uint32_t handles = atomic_load(&h->hdr->handles_high);
 
 	for (uint32_t s = 0; s < handles && s < HELD_HANDLES_MAX; s++) {
 		const struct held_handle *r = handle_at(h, s);
 		if (atomic_load_explicit(&r->kind, memory_order_acquire) == kind)
-			fn(r, ctx);
+			fn(r, (uint64_t)atomic_load(&r->gen) << 32 | ((uint64_t)s + 1), ctx);
 	}
 }
 

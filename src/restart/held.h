@@ -179,10 +179,9 @@ static inline uint32_t held_handle_slot(uint64_t fh)
 }
 /* Frees fh's slot and its text (nothing when fh is not live). */
 void held_handle_free(struct held *h, uint64_t fh);
-/* fn(record, ctx) for each live handle of kind, for a daemon that took
- * over and does not serve yet (nothing allocates or frees meanwhile). */
+/* fn(record, its fh, ctx) for each live handle of kind. */
 void held_handles_each(struct held *h, uint8_t kind,
-		       void (*fn)(const struct held_handle *r, void *ctx), void *ctx);
+		       void (*fn)(const struct held_handle *r, uint64_t fh, void *ctx), void *ctx);
 
 /* ---- request texts ------------------------------------------------------------------ */
 

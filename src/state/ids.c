@@ -258,6 +258,27 @@ void ids_node_forget(struct tree *t, uint64_t id, uint64_t nlookup)
 		node_unref(n, nlookup);
 }
 
+/* ---- the request a thread serves ------------------------------------------------- */
+
+static _Thread_local uint64_t request_unique;
+static _Thread_local bool request_resent;
+
+void ids_request_note(uint64_t unique, bool resent)
+{
+	request_unique = unique & ~(1ull << 63);
+	request_resent = resent;
+}
+
+uint64_t ids_request_unique(void)
+{
+	return request_unique;
+}
+
+bool ids_request_resent(void)
+{
+	return request_resent;
+}
+
 /* ---- file handles ------------------------------------------------------------------ */
 
 uint64_t ids_handle_bind(struct tree *t, struct handle *h, uint64_t node)

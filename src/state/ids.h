@@ -66,6 +66,13 @@ struct handle *ids_handle_install(struct tree *t, uint64_t fh, struct handle *h)
 /* h is released: its number goes. */
 void ids_handle_unbind(struct tree *t, struct handle *h);
 
+/* The FUSE request this thread serves (fs/loop.c notes it): its unique,
+ * less the kernel's resend bit (0: none), and whether the kernel sent it
+ * again because a daemon before died with it unanswered. */
+void ids_request_note(uint64_t unique, bool resent);
+uint64_t ids_request_unique(void);
+bool ids_request_resent(void);
+
 /* Sets how weights nodes are described (src/weights/weights.c's). */
 void ids_set_weights_describe(void (*fn)(const struct node *n, struct held_node *d));
 /* The same for the nodes of the write-once trees (src/trees/). */

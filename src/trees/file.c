@@ -500,8 +500,12 @@ void wfile_recorded(struct tree *t, struct handle *h)
 
 	if (!rec)
 		return;
+	uint64_t unique = ids_request_unique(); /* the create's: it may be sent again */
+
 	memset(rec->key, 0, sizeof(rec->key));
 	memcpy(rec->key, f->tmp.name, strnlen(f->tmp.name, sizeof(rec->key) - 1));
+	memset(rec->sha, 0, sizeof(rec->sha));
+	memcpy(rec->sha, &unique, sizeof(unique));
 	rec->text_at = 0;
 	atomic_store(&rec->state, 0);
 }

@@ -732,6 +732,8 @@ int wtree_create(struct tree *t, struct node *node, const char *name, int flags,
 	struct wnode *dir = wnode_of(node), *n = NULL;
 
 	*out = NULL;
+	if (ids_request_resent())
+		wtmp_unanswered_drop(t, w, ids_request_unique());
 	pthread_mutex_lock(&w->mu);
 	int rc = name_free_locked(w, dir, name);
 	if (rc == -EEXIST) {

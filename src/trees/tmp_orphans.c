@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* What a daemon that takes over drops from a tree's tmp directory: a
- * temporary file that no open handle names, and a kept long name whose
- * temporary file is gone. A daemon killed between making a file's
- * temporary file and recording it in the holder's handle (file.c) leaves
- * one: the kernel sends the create again to the next daemon, which makes
- * another, and the first would stay until the next fresh mount. A fresh
- * start empties the directory instead (disk.c: wdisk_open). */
+/* What a daemon that died while making a file leaves in a tree's tmp
+ * directory, dropped by the next one. The kernel sends a create that its
+ * daemon did not answer again, and the next daemon makes another file,
+ * so the first one's temporary file would stay until the next fresh mount
+ * (which empties the directory: disk.c, wdisk_open):
+ *   - made but not yet named in the holder's record of its handle: no
+ *     record names it, so the daemon that takes over drops it before it
+ *     serves (with a kept long name whose temporary file is gone);
+ *   - named, but the answer never reached the kernel: its record keeps
+ *     the create's unique (file.c: wfile_recorded), and the create sent
+ *     again with that unique drops it and frees the record. */
 #include "autoconf.h"
 
 #include <dirent.h>
@@ -45,9 +49,10 @@ static void *room_for_one(void *arr, size_t *cap, size_t n, size_t size)
 	return p;
 }
 
-static void keep_name(const struct held_handle *r, void *ctx)
+static void keep_name(const struct held_handle *r, uint64_t fh, void *ctx)
 {
 	struct kept *k = ctx;
+	(void)fh;
 	char(*names)[TMP_NAME_MAX + 1] = room_for_one(k->names, &k->cap_names, k->nnames,
 						       sizeof(*k->names));
 
@@ -144,4 +149,48 @@ void wtmp_orphans_drop(struct tree *t, struct wtree *w)
 			 "ended while making them)", w->p->label, dropped);
 	free(k.names);
 	free(k.inos);
+}
+
+/* ---- a create sent again ------------------------------------------------------------ */
+
+struct unanswered {
+	uint64_t unique;
+	uint64_t fh[4];
+	char names[4][TMP_NAME_MAX + 1];
+	size_t n;
+};
+
+static void match_unique(const struct held_handle *r, uint64_t fh, void *ctx)
+{
+	struct unanswered *u = ctx;
+	uint64_t unique;
+
+	memcpy(&unique, r->sha, sizeof(unique));
+	if (unique != u->unique || u->n == sizeof(u->fh) / sizeof(u->fh[0]))
+		return;
+	u->fh[u->n] = fh;
+	memcpy(u->names[u->n], r->key, TMP_NAME_MAX);
+	u->names[u->n++][TMP_NAME_MAX] = '\0';
+}
+
+void wtmp_unanswered_drop(struct tree *t, struct wtree *w, uint64_t unique)
+{
+	struct unanswered u = { .unique = unique };
+	struct stat st;
+
+	if (!unique)
+		return;
+	held_handles_each(&t->held, HANDLE_CACHE_WRITE, match_unique, &u);
+	for (size_t i = 0; i < u.n; i++) {
+		const char *name = u.names[i];
+		bool ours = strncmp(name, WFILE_TMP_PREFIX, strlen(WFILE_TMP_PREFIX)) == 0 &&
+			    !strchr(name, '/');
+		if (ours && fstatat(w->tmp_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+			wlong_name_drop(w, st.st_ino);
+			unlinkat(w->tmp_fd, name, 0);
+		}
+		held_handle_free(&t->held, u.fh[i]);
+		log_info("%s: a create its daemon died answering, sent again: its temporary file "
+			 "%s/%s dropped", w->p->label, w->p->tmp_dir, ours ? name : "(none)");
+	}
 }

@@ -173,6 +173,10 @@ bool wlong_name_file(const char *file, uint64_t *ino);
  * and ended before it answered the create, which the kernel then sent to
  * the next one) and the kept long names of files no longer written. */
 void wtmp_orphans_drop(struct tree *t, struct wtree *w);
+/* For a create the kernel sent again (ids_request_resent): the file a
+ * daemon before made for it, and the record of its handle, whose answer
+ * never reached the kernel, go. */
+void wtmp_unanswered_drop(struct tree *t, struct wtree *w, uint64_t unique);
 
 /* ops.c: dir/name as a directory here (made now, or by another call
  * meanwhile); *out referenced. */

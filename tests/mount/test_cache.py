@@ -584,18 +584,8 @@ def test_creates_across_daemon_kills_leave_no_temporary_file(mnt):
 
 
 def tmp_left(store):
-    """What cache-tmp holds once every writer is done, less what a create
-    the daemon died answering leaves: the kernel sends it again to the next
-    daemon, and the first daemon's temporary file (empty: its writer never
-    had it) and the name kept beside it stay, named by the record of a
-    handle the kernel never got, until the next fresh mount."""
-    tmpdir = os.path.join(store, "cache-tmp")
-    names = os.listdir(tmpdir)
-    unanswered = {os.stat(os.path.join(tmpdir, n)).st_ino for n in names
-                  if n.startswith("w.") and os.path.getsize(os.path.join(tmpdir, n)) == 0}
-    return [n for n in names if not (n.startswith("w.") and
-                                     os.stat(os.path.join(tmpdir, n)).st_ino in unanswered)
-            and not (n.startswith("n.") and int(n[2:], 16) in unanswered)]
+    """What cache-tmp holds (once every writer is done: nothing)."""
+    return os.listdir(os.path.join(store, "cache-tmp"))
 
 
 def _long_name(k, length):

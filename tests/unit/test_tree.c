@@ -3,6 +3,7 @@
  * check through the kernel, checked here at the API the daemon uses. */
 #include "autoconf.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -16,6 +17,8 @@
 #include "lib/sha256.h"
 #include "ns/tree.h"
 #include "r3/scan.h"
+#include "restart/held.h"
+#include "state/ids.h"
 #include "state/transaction.h"
 #include "suites.h"
 
@@ -430,6 +433,61 @@ END_TEST
  * in ~100 fresh pages each time): the next result of any size that fits
  * it starts zeroed, as a fresh mapping does, and what the open ones hold
  * is counted as before (materialize_max). */
+static int tmp_files(void)
+{
+	char path[256];
+	int n = 0;
+	snprintf(path, sizeof(path), "%s/cache-tmp", store);
+	DIR *d = opendir(path);
+	ck_assert_ptr_nonnull(d);
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+START_TEST(a_create_sent_again_drops_what_its_first_answer_left)
+{
+	/* A daemon made a .cache/ file and recorded its handle, then died
+	 * before its answer reached the kernel, which sends the create again
+	 * (same unique, bit 63 set): the first file and its record go. */
+	struct tree_entry root, e1, e2;
+	struct open_reply r = { 0 };
+	struct handle *h1, *h2;
+	const uint64_t unique = 4242;
+	start(1 << 20);
+	ck_assert_int_eq(tree_lookup(&t, &t.root, ".cache", &root), 0);
+	ids_request_note(unique, false);
+	ck_assert_int_eq(tree_create(&t, root.node, "f", O_CREAT | O_WRONLY, &e1, &h1, &r), 0);
+	uint64_t fh1 = h1->fh;
+	ck_assert_ptr_nonnull(held_handle_get(&t.held, fh1));
+	ck_assert_int_eq(tmp_files(), 1);
+	/* Another create (another unique) is not touched by it. */
+	ids_request_note(unique + 1, true);
+	ck_assert_int_eq(tree_create(&t, root.node, "g", O_CREAT | O_WRONLY, &e2, &h2, &r), 0);
+	ck_assert_ptr_nonnull(held_handle_get(&t.held, fh1));
+	ck_assert_int_eq(tmp_files(), 2);
+	tree_release(&t, h2);
+	tree_forget(&t, e2.id, 1);
+	/* The create sent again. */
+	ids_request_note(unique | 1ull << 63, true);
+	ck_assert_int_eq(tree_create(&t, root.node, "f", O_CREAT | O_WRONLY, &e2, &h2, &r), 0);
+	ids_request_note(0, false);
+	ck_assert_ptr_null(held_handle_get(&t.held, fh1));
+	ck_assert_ptr_nonnull(held_handle_get(&t.held, h2->fh));
+	ck_assert_int_eq(tmp_files(), 1);
+	ck_assert_int_eq(tree_write(&t, h2, 0, "abc", 3, 7), 3);
+	ck_assert_int_eq(tree_flush(&t, h2, 7), 0);
+	tree_release(&t, h2);
+	tree_release(&t, h1); /* as the kernel never would: it never had it */
+	tree_forget(&t, e1.id, 1);
+	tree_forget(&t, e2.id, 1);
+	tree_forget(&t, root.id, 1);
+	ck_assert_int_eq(tmp_files(), 0);
+	stop();
+}
+END_TEST
+
 START_TEST(a_kept_result_buffer_starts_zeroed_and_is_counted)
 {
 	struct transaction a, b;
@@ -468,6 +526,7 @@ Suite *tree_suite(void)
 	tcase_add_test(tc, a_committed_object_is_never_opened_for_writing);
 	tcase_add_test(tc, a_stalled_writer_holds_only_what_it_sent);
 	tcase_add_test(tc, a_kept_result_buffer_starts_zeroed_and_is_counted);
+	tcase_add_test(tc, a_create_sent_again_drops_what_its_first_answer_left);
 	suite_add_tcase(s, tc);
 	return s;
 }
