@@ -135,11 +135,6 @@ static void note(struct held_inflight *f, const struct fuse_buf *buf, int n)
 	atomic_store_explicit(&f->unique, in.unique, memory_order_release);
 }
 
-bool fs_request_resent(void)
-{
-	return ids_request_resent();
-}
-
 /* With resend=0 (HELD_NO_RESEND), a request the kernel sent again (bit 63
  * of its unique: one a dead daemon had read) is answered EIO here, and
  * logged with its opcode and node: true. False: serve it. */

@@ -20,9 +20,6 @@ int fs_loop(struct fuse_session *se, unsigned max_threads, struct held *held);
 void fs_loop_drain(void);
 /* Whether fs_loop returned for fs_loop_drain. */
 bool fs_loop_drained(void);
-/* Whether the request the calling thread serves is one the kernel sent
- * again after a daemon died (it may have been carried out already). */
-bool fs_request_resent(void);
 /* Called by a request that may take long, before it runs: another thread
  * reads the next requests meanwhile. Nothing under -s (libfuse's loop). */
 void fs_hand_off(void);

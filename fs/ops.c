@@ -13,6 +13,7 @@
 #include "fs/loop.h"
 #include "fs/ops.h"
 #include "ns/tree.h"
+#include "state/ids.h"
 
 static struct tree *tree_of(fuse_req_t req)
 {
@@ -158,7 +159,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
  * carried out by that daemon: what it asked for is so now. */
 static int again(int rc, int done)
 {
-	return rc == done && fs_request_resent() ? 0 : rc;
+	return rc == done && ids_request_resent() ? 0 : rc;
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)

@@ -399,15 +399,13 @@ static int fsync_op(struct tree *t, struct handle *h)
 static void write_release(struct tree *t, struct handle *h)
 {
 	struct wwrite *f = (struct wwrite *)h;
-	bool handed = false;
 
 	if (f->ended) {
 	} else if (t->handing_over) { /* drained: its writer goes on with the next daemon */
 		f->tmp.name[0] = '\0'; /* which opens the temporary file again by name */
 		close(f->tmp.fd);
 		f->tmp.fd = -1;
-		f->ended = true;
-		handed = true;
+		f->ended = true; /* its long name stays, for the next daemon */
 	} else if (!f->written && !t->closing) { /* an empty file: nothing to be partial */
 		commit(t, f);
 	} else { /* its writer's close never came (the daemon stops; another table closed) */
@@ -416,8 +414,6 @@ static void write_release(struct tree *t, struct handle *h)
 			 f->n->tree->p->label, f->n->name);
 	}
 	struct wtree *w = tree_of_node(f->n);
-	if (!handed)
-		long_name_end(w, f);
 	pthread_mutex_lock(&w->mu);
 	pending_end_locked(f->n);
 	pthread_mutex_unlock(&w->mu);

@@ -26,13 +26,12 @@ static void long_name_file(char *buf, size_t len, uint64_t ino)
 bool wlong_name_file(const char *file, uint64_t *ino)
 {
 	const char *hex = file + strlen(LONG_NAME_PREFIX);
-	char *end;
 
 	if (strncmp(file, LONG_NAME_PREFIX, strlen(LONG_NAME_PREFIX)) != 0 || !*hex ||
 	    strspn(hex, "0123456789abcdef") != strlen(hex) || strlen(hex) > 16)
 		return false;
-	*ino = strtoull(hex, &end, 16);
-	return *end == '\0';
+	*ino = strtoull(hex, NULL, 16);
+	return true;
 }
 
 int wlong_name_keep(struct wtree *w, uint64_t ino, const char *name)

@@ -638,11 +638,13 @@ static void rename_dir_publish(struct tree *t, struct wnode *dir)
 	free(m.v);
 }
 
-/* The record the next daemon finds from's node by says where it goes,
- * before it moves: a daemon killed after the move but before its answer
- * leaves the kernel to send the rename again, which the next daemon takes
- * as done (the source is gone), and the kernel's entry of the new name
- * then names this node. That node, referenced, or NULL. */
+/* A directory's record says where it goes before it moves: a daemon
+ * killed after the move but before its answer leaves the kernel to send
+ * the rename again, which the next daemon takes as done (the source is
+ * gone), and the kernel's entry of the new name then names this node,
+ * told by its name or its parent (nodes.c: is_described_locked). A file
+ * is told by its digest whatever its name: nothing to write first. The
+ * directory, referenced, or NULL. */
 static struct wnode *rename_announce(struct wtree *w, struct wnode *fdir, const char *from,
 				     struct wnode *tdir, const char *to)
 {
@@ -652,6 +654,8 @@ static struct wnode *rename_announce(struct wtree *w, struct wnode *fdir, const 
 	pthread_mutex_lock(&w->mu);
 	struct wnode *src = dir_usable_locked(fdir) == 0 && dir_usable_locked(tdir) == 0
 				    ? wnode_find_locked(w, fdir, from) : NULL;
+	if (src && !src->dir)
+		src = NULL;
 	if (src) {
 		wtree_describe_as_locked(src, tdir, to, &d);
 		node_ref(&src->node);

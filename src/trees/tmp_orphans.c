@@ -65,6 +65,12 @@ static void keep_name(const struct held_handle *r, uint64_t fh, void *ctx)
 	k->names[k->nnames++][TMP_NAME_MAX] = '\0';
 }
 
+/* A name file.c gives a temporary file (and nothing with a '/'). */
+static bool is_tmp_name(const char *name)
+{
+	return strncmp(name, WFILE_TMP_PREFIX, strlen(WFILE_TMP_PREFIX)) == 0 && !strchr(name, '/');
+}
+
 static int name_cmp(const void *a, const void *b)
 {
 	return strcmp(a, b);
@@ -88,7 +94,7 @@ static bool stays(struct wtree *w, struct kept *k, const char *name, bool long_n
 	if (long_names)
 		return !wlong_name_file(name, &ino) ||
 		       (k->ninos && bsearch(&ino, k->inos, k->ninos, sizeof(*k->inos), ino_cmp));
-	if (strncmp(name, WFILE_TMP_PREFIX, strlen(WFILE_TMP_PREFIX)) != 0)
+	if (!is_tmp_name(name))
 		return true;
 	if (strlen(name) > TMP_NAME_MAX || !k->nnames ||
 	    !bsearch(name, k->names, k->nnames, sizeof(*k->names), name_cmp))
@@ -183,8 +189,7 @@ void wtmp_unanswered_drop(struct tree *t, struct wtree *w, uint64_t unique)
 	held_handles_each(&t->held, HANDLE_CACHE_WRITE, match_unique, &u);
 	for (size_t i = 0; i < u.n; i++) {
 		const char *name = u.names[i];
-		bool ours = strncmp(name, WFILE_TMP_PREFIX, strlen(WFILE_TMP_PREFIX)) == 0 &&
-			    !strchr(name, '/');
+		bool ours = is_tmp_name(name);
 		if (ours && fstatat(w->tmp_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
 			wlong_name_drop(w, st.st_ino);
 			unlinkat(w->tmp_fd, name, 0);
