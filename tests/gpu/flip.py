@@ -13,6 +13,14 @@
         B <-> A2 under a replay loop in another thread, a daemon kill -9
         between two flips, a flip to OTHER (another layout) refused. Prints
         one line "RESULT <json>" per step, "BYE" at the end.
+    flip.py many MOUNT V1,V2,... LATE ROUNDS
+        one of several engines at once: bound in place to V1, a CUDA graph
+        captured, ROUNDS times through every version (each replay against
+        that version's trainer logits, no data_ptr() changing); then LATE,
+        which a trainer publishes meanwhile, once it is ready
+    flip.py attacher MOUNT V1,V2,... LATE ROUNDS
+        beside them: a plain attach and bind of each version ROUNDS times,
+        then LATE, each forward against the trainer's logits
 """
 import errno
 import json
@@ -67,10 +75,12 @@ def trainer(mount, wv, seed, layers, save=None):
         for p in m.parameters():
             p.add_(torch.randn_like(p) * 0.01)
     sd = m.state_dict()
+    # Its logits first, whole: an engine takes the version once it is ready.
+    torch.save(logits(m, ids()).cpu(), f"/tmp/artfs-flip-ref-{wv}.pt.tmp")
+    os.replace(f"/tmp/artfs-flip-ref-{wv}.pt.tmp", f"/tmp/artfs-flip-ref-{wv}.pt")
     t0 = time.perf_counter()
     artfs.torch.publish_weights(wv, sd, 0, mount, architecture="LlamaForCausalLM")
     dt = time.perf_counter() - t0
-    torch.save(logits(m, ids()).cpu(), f"/tmp/artfs-flip-ref-{wv}.pt")
     if save:
         from safetensors.torch import save_file
         os.makedirs(save, exist_ok=True)
@@ -242,6 +252,75 @@ def engine(mount, holder, ctl, a, b, a2, other):
     print("BYE", flush=True)
 
 
+def ready(mount, wv, timeout=300):
+    """Waits for wv to be published whole (its status says ready)."""
+    path = os.path.join(mount, wv, "weights", "status")
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with open(path) as f:  # "key = value" lines
+                if "state = ready" in f.read().splitlines():
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{wv} not ready in {timeout} s")
+
+
+def layers_of(mount, wv):
+    with open(os.path.join(mount, wv, "weights", "manifest.json")) as f:
+        names = json.load(f)["ranks"][0]["tensors"]
+    return 1 + max(int(n.split(".")[2]) for n in names if n.startswith("model.layers."))
+
+
+def many(mount, versions, late, rounds):
+    vs, x = versions.split(","), ids()
+    refs = {wv: torch.load(f"/tmp/artfs-flip-ref-{wv}.pt").to("cuda:0") for wv in vs}
+    m = llama(layers_of(mount, vs[0]), 123)
+    artfs.torch.bind_in_place(m, vs[0], 0, mount)
+    torch.cuda.empty_cache()
+    g, out = capture(m, x)
+    tensors = lambda: {n: t.data_ptr() for n, t in list(m.named_parameters()) + list(m.named_buffers())}
+    ptrs = tensors()
+    flips, wrong, times = 0, [], []
+    for r in range(int(rounds)):
+        for wv in vs[1:] + vs[:1]:
+            times.append(artfs.torch.flip_in_place(m, wv))
+            g.replay()
+            torch.cuda.synchronize()
+            flips += 1
+            if not torch.equal(out, refs[wv]):
+                wrong.append(f"round {r}: {wv}")
+    ready(mount, late)
+    refs[late] = torch.load(f"/tmp/artfs-flip-ref-{late}.pt").to("cuda:0")
+    artfs.torch.flip_in_place(m, late)
+    g.replay()
+    torch.cuda.synchronize()
+    times.sort()
+    result(step="many", pid=os.getpid(), flips=flips + 1, wrong=wrong, late_right=torch.equal(out, refs[late]),
+           same_ptrs=ptrs == tensors(), median_s=times[len(times) // 2], max_s=times[-1])
+    print("BYE", flush=True)
+
+
+def attacher(mount, versions, late, rounds):
+    vs, x = versions.split(","), ids()
+    m = llama(layers_of(mount, vs[0]), 321)
+    wrong, binds = [], 0
+    for r in range(int(rounds) + 1):
+        for wv in vs if r < int(rounds) else [late]:
+            if r == int(rounds):
+                ready(mount, late)
+            ref = torch.load(f"/tmp/artfs-flip-ref-{wv}.pt").to("cuda:0")
+            w = artfs.attach_weights(wv, 0, mount=mount)
+            artfs.torch.bind(m, w)
+            del w
+            binds += 1
+            if not torch.equal(logits(m, x), ref):
+                wrong.append(f"round {r}: {wv}")
+    result(step="attacher", binds=binds, wrong=wrong)
+    print("BYE", flush=True)
+
+
 def tied(mount, v1, f1, v2, f2):
     """rl.py's tiny module (head tied to the embedding) bound in place to v1,
     flipped to v2: still one storage, v2's bytes."""
@@ -268,6 +347,10 @@ def main():
             trainer(sys.argv[2], wv, int(seed), int(layers), save[0] if save else None)
     elif cmd == "engine":
         engine(sys.argv[2], int(sys.argv[3]), *sys.argv[4:9])
+    elif cmd == "many":
+        many(*sys.argv[2:6])
+    elif cmd == "attacher":
+        attacher(*sys.argv[2:6])
     return 0
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from conftest import BUILD, HERE, MOUNT, artfsctl
 from test_rl import rl
@@ -57,6 +58,28 @@ def test_flip_in_place_of_an_hf_llama(daemon, tmp_path):
     o = r["other"]
     assert o["refused"] and "layout" in o["message"] and "bind" in o["message"] and o["intact"], o
     for wv in ("fl-b", "fl-a2", "fl-o"):
+        artfsctl("unload", wv)
+
+
+def test_engines_flip_and_attach_at_once_while_a_trainer_publishes(daemon):
+    """3 engines bound in place flip back and forth (30 rounds each) while
+    another process attaches and binds every version, and a trainer
+    publishes a third version GPU-direct meanwhile, which all of them then
+    take: every replay and forward is that version's trainer's logits, no
+    data_ptr() moves."""
+    finish(flip("trainer", MOUNT, "fm-a:11:4", "fm-b:12:4"))
+    procs = [flip("many", MOUNT, "fm-a,fm-b", "fm-c", "30") for _ in range(3)]
+    procs.append(flip("attacher", MOUNT, "fm-a,fm-b", "fm-c", "10"))
+    time.sleep(3)  # the engines bound and flipping
+    finish(flip("trainer", MOUNT, "fm-c:13:4"))
+    outs = [results(finish(p)) for p in procs]
+    print(outs)
+    for r in outs[:3]:
+        m = r["many"]
+        assert m["flips"] == 61 and m["wrong"] == [] and m["late_right"] and m["same_ptrs"], m
+    a = outs[3]["attacher"]
+    assert a["binds"] == 21 and a["wrong"] == [], a
+    for wv in ("fm-a", "fm-b", "fm-c"):
         artfsctl("unload", wv)
 
 
