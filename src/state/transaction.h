@@ -51,9 +51,11 @@ int transaction_append(struct tree *t, struct transaction *x, uint64_t off, cons
 /* The read operation of a transaction's handle: runs it at the first. */
 int transaction_read(struct tree *t, struct handle *h, uint64_t off, size_t size,
 		     const void **data, size_t *len);
-/* Gives the result size bytes (nothing for 0), charged to materialize_max=:
- * 0, or -ENOMEM (logged; counted as refused when materialize_max= has no
- * room for them). */
+/* Gives the result size bytes (nothing for 0), charged to materialize_max=,
+ * not cleared (a kept buffer holds an earlier result's bytes): the caller
+ * writes every one before it sets out.len, or frees the result. 0, or
+ * -ENOMEM (logged; counted as refused when materialize_max= has no room
+ * for them). */
 int transaction_result_make(struct tree *t, struct transaction *x, size_t size);
 void transaction_result_free(struct tree *t, struct transaction_result *r);
 /* Unmaps the result buffers kept for reuse (at the tree's close). */
