@@ -99,6 +99,8 @@ int tree_create(struct tree *t, struct node *parent, const char *name, int flags
 	memset(e, 0, sizeof(*e));
 	struct version *v;
 	struct object *o;
+	if (parent->type == NODE_STALE)
+		return -ENOENT; /* gone: as a removed directory (node_ops.h) */
 	if (parent->type == NODE_KEYS_DIR) {
 		/* Publishing by key: the object has only its key until the same
 		 * content is published by path. */
@@ -265,4 +267,11 @@ int files_open_cache(struct tree *t, struct node *n, int flags, struct handle **
 		     struct open_reply *r)
 {
 	return wtree_open_file(t, n, flags, h, r);
+}
+
+int files_open_stale(struct tree *t, struct node *n, int flags, struct handle **h,
+		     struct open_reply *r)
+{
+	(void)t, (void)n, (void)flags, (void)h, (void)r;
+	return -ENOENT;
 }

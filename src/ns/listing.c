@@ -240,3 +240,9 @@ void listing_cache_dir(struct tree *t, struct node *dir, struct listing *l)
 	}
 	wtree_list(t, dir, add_named, l);
 }
+
+void listing_stale(struct tree *t, struct node *dir, struct listing *l)
+{
+	(void)t, (void)dir;
+	l->error = -ENOENT;
+}

@@ -31,6 +31,8 @@ int tree_mkdir(struct tree *t, struct node *parent, const char *name, struct tre
 {
 	struct version *v;
 
+	if (parent->type == NODE_STALE)
+		return -ENOENT; /* gone: as a removed directory (node_ops.h) */
 	if (parent->type == NODE_CACHE_DIR) {
 		struct node *n;
 		int rc = wtree_mkdir(t, parent, name, &n);
@@ -56,6 +58,8 @@ int tree_mkdir(struct tree *t, struct node *parent, const char *name, struct tre
 
 int tree_rmdir(struct tree *t, struct node *parent, const char *name)
 {
+	if (parent->type == NODE_STALE)
+		return -ENOENT;
 	if (parent->type == NODE_CACHE_DIR)
 		return wtree_rmdir(t, parent, name);
 	if (parent->type != NODE_ROOT)
@@ -154,6 +158,8 @@ int tree_unlink(struct tree *t, struct node *parent, const char *name, bool by_s
 	uint8_t hash[ARTFS_HASH_BYTES_MAX];
 	size_t len;
 
+	if (parent->type == NODE_STALE)
+		return -ENOENT;
 	if (parent->type == NODE_CACHE_DIR)
 		return wtree_unlink(t, parent, name);
 	if (parent->type == NODE_INFO_DIR) {
@@ -183,6 +189,8 @@ int tree_unlink(struct tree *t, struct node *parent, const char *name, bool by_s
 int tree_rename(struct tree *t, struct node *from_dir, const char *from, struct node *to_dir,
 		const char *to, unsigned flags)
 {
+	if (from_dir->type == NODE_STALE || to_dir->type == NODE_STALE)
+		return -ENOENT;
 	if (from_dir->type == NODE_CACHE_DIR && to_dir->type == NODE_CACHE_DIR)
 		return wtree_rename(t, from_dir, from, to_dir, to, flags);
 	/* R3 objects and weights keep their names; a tree's entries stay in it. */

@@ -81,7 +81,11 @@ static const struct node_ops kinds[] = {
 		.open = weights_open,
 		.revive = weights_revive_node,
 	},
-	/* NODE_STALE: an id whose node is gone; none of the operations. */
+	[NODE_STALE] = { /* an id a daemon before this one gave, whose node is gone */
+		.open = files_open_stale,
+		.lookup = lookup_in_stale,
+		.list = listing_stale,
+	},
 	[NODE_CACHE_DIR] = { /* .cache and the directories under it (src/trees/) */
 		.getattr = attr_cache,
 		.lookup = lookup_in_cache_dir,

@@ -18,7 +18,12 @@ struct listing;
 
 /* An operation left NULL is not one of the kind's: getattr -ENOENT (gone,
  * never seen by the kernel), open -EISDIR for a directory (lookup set),
- * else -ENOENT, lookup and list -ENOTDIR, revive: the id is stale. */
+ * else -ENOENT, lookup and list -ENOTDIR, revive: the id is stale. A
+ * stale id (NODE_STALE: a node of a daemon before this one that is gone,
+ * or not the one the id named) answers every operation -ENOENT, as a
+ * removed file or directory does, a name in it too: the kernel forgets
+ * the entry that led there when it expires (1 s) and looks the path up
+ * again. */
 struct node_ops {
 	/* The attributes of n; *timeout comes as CACHE_FOREVER. 0 or -errno. */
 	int (*getattr)(struct tree *t, struct node *n, struct stat *st, double *timeout);
@@ -70,6 +75,8 @@ int files_open_cache(struct tree *t, struct node *n, int flags, struct handle **
 		     struct open_reply *r);
 int files_open_materialize(struct tree *t, struct node *n, int flags, struct handle **h,
 			   struct open_reply *r);
+int files_open_stale(struct tree *t, struct node *n, int flags, struct handle **h,
+		     struct open_reply *r);
 
 /* lookup.c */
 int lookup_in_root(struct tree *t, struct node *dir, const char *name, struct tree_entry *e);
@@ -79,6 +86,7 @@ int lookup_in_keys_dir(struct tree *t, struct node *dir, const char *name, struc
 int lookup_in_weights_dir(struct tree *t, struct node *dir, const char *name,
 			  struct tree_entry *e);
 int lookup_in_cache_dir(struct tree *t, struct node *dir, const char *name, struct tree_entry *e);
+int lookup_in_stale(struct tree *t, struct node *dir, const char *name, struct tree_entry *e);
 
 /* revive.c */
 struct node *revive_version(struct tree *t, const struct held_node *r);
@@ -93,5 +101,6 @@ void listing_version(struct tree *t, struct node *dir, struct listing *l);
 void listing_keys_dir(struct tree *t, struct node *dir, struct listing *l);
 void listing_weights_dir(struct tree *t, struct node *dir, struct listing *l);
 void listing_cache_dir(struct tree *t, struct node *dir, struct listing *l);
+void listing_stale(struct tree *t, struct node *dir, struct listing *l);
 
 #endif

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +19,24 @@
 #include "store/store.h"
 #include "trees/names.h"
 #include "trees/wtree_i.h"
+
+/* The generation of the open store directory fd, 0 where its file system
+ * keeps none: a removed directory's inode number goes to the next one
+ * made, often within the same clock tick; the inode's generation (ext4,
+ * xfs, btrfs: drawn anew at each allocation) tells them apart, and where
+ * there is none (tmpfs, whose inode numbers only grow) its birth time. */
+static uint64_t dir_generation(int fd)
+{
+	struct statx sx;
+	uint64_t g = 0;
+	long v = 0; /* the ioctl says long; file systems write an int */
+
+	if (statx(fd, "", AT_EMPTY_PATH, STATX_BTIME, &sx) == 0 && (sx.stx_mask & STATX_BTIME))
+		g = (uint64_t)sx.stx_btime.tv_sec * 1000000000u + sx.stx_btime.tv_nsec;
+	if (ioctl(fd, FS_IOC_GETVERSION, &v) == 0)
+		g = (g * 0x9e3779b97f4a7c15ull) ^ (uint32_t)v;
+	return g;
+}
 
 static void remove_under(int fd, unsigned depth);
 
@@ -127,6 +147,7 @@ static void scan_entry(struct scan *s, struct wnode *dir, int dirfd, unsigned de
 	struct wnode *n = wnode_new(s->w, dir, e->d_name, true);
 	if (n && wnode_insert_locked(s->w, dir, n) == 0) {
 		n->mtime = st.st_mtim.tv_sec;
+		n->gen = dir_generation(fd);
 		wnode_ino_set_locked(s->w, n, st.st_ino);
 		scan_dir(s, n, fd, depth + 1);
 	}
@@ -162,6 +183,7 @@ int wdisk_scan(struct tree *t, struct wtree *w)
 	if (fstat(w->root_fd, &st) < 0)
 		return -errno;
 	pthread_mutex_lock(&w->mu);
+	w->root->gen = dir_generation(w->root_fd);
 	wnode_ino_set_locked(w, w->root, st.st_ino);
 	scan_dir(&s, w->root, w->root_fd, 0);
 	pthread_mutex_unlock(&w->mu);
@@ -193,11 +215,16 @@ int wdisk_mkdir_locked(struct wtree *w, struct wnode *n)
 	if (dirfd < 0)
 		return dirfd;
 	int rc = mkdirat(dirfd, n->name, 0700) < 0 && errno != EEXIST ? -errno : 0;
-	if (rc == 0 && fstatat(dirfd, n->name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		rc = -errno;
+	int fd = rc < 0 ? -1 : openat(dirfd, n->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	close(dirfd);
-	if (rc == 0)
+	if (rc == 0 && (fd < 0 || fstat(fd, &st) < 0))
+		rc = -errno;
+	if (rc == 0) {
+		n->gen = dir_generation(fd);
 		wnode_ino_set_locked(w, n, st.st_ino);
+	}
+	if (fd >= 0)
+		close(fd);
 	return rc;
 }
 

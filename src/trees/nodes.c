@@ -342,6 +342,8 @@ void wtree_describe_as_locked(const struct wnode *n, const struct wnode *parent,
 		memcpy(d->hash, n->sha, 32);
 		d->hash_len = 32;
 	}
+	if (n->dir) /* after its directory's inode: which directory of the store */
+		memcpy(d->hash + sizeof(uint64_t), &n->gen, sizeof(n->gen));
 	d->name_len = (uint8_t)(len > HELD_NAME_MAX ? HELD_NAME_MAX : len);
 	memcpy(d->name, name, d->name_len);
 	d->name[d->name_len] = '\0';
@@ -385,23 +387,34 @@ static struct wnode *revive_pending_locked(struct wtree *w, const struct held_no
  * its digest whatever its name: a daemon that took over may have renamed
  * it before the kernel named its id to it (the tools' temporary file
  * renamed into place right after a crash), and the record kept the name
- * it had when its id was given. Otherwise by its name, or by its
- * directory (a directory renamed in its parent, a file being written
- * then). */
+ * it had when its id was given. A directory, the same way by its
+ * generation, where the store keeps one (disk.c): a store gives a removed
+ * directory's inode number to the next one made (a tool's next temporary
+ * directory, and the one made in it), whose entries a dropped directory's
+ * id must not be lent. Without, by its name and its directory both (a
+ * rename writes the record first: ops.c, rename_announce). A file being written
+ * then, by its name or its directory. An id that describes none is stale
+ * (node_ops.h). */
 static bool is_described_locked(const struct wnode *n, const struct held_node *r)
 {
-	uint64_t parent;
+	uint64_t parent, gen;
 
 	if (n->state != WNODE_LIVE || (n->dir != NULL) != (r->type == NODE_CACHE_DIR))
 		return false;
 	if (!n->dir && !r->sub)
 		return memcmp(n->sha, r->hash, 32) == 0;
 	size_t len = strlen(n->name);
-	if (strncmp(n->name, r->name, r->name_len) == 0 &&
-	    (len == r->name_len || (r->name_len == HELD_NAME_MAX && len > HELD_NAME_MAX)))
-		return true; /* a longer name than the record keeps: its first bytes */
+	/* a longer name than the record keeps: its first bytes */
+	bool named = strncmp(n->name, r->name, r->name_len) == 0 &&
+		     (len == r->name_len || (r->name_len == HELD_NAME_MAX && len > HELD_NAME_MAX));
 	memcpy(&parent, r->hash, sizeof(parent));
-	return parent && n->parent && n->parent->ino == parent;
+	memcpy(&gen, r->hash + sizeof(parent), sizeof(gen));
+	bool placed = parent && n->parent && n->parent->ino == parent;
+	if (n->dir && gen && n->gen)
+		return gen == n->gen;
+	if (n->dir) /* no generation: a store without, or an older daemon's record */
+		return named && (placed || !parent);
+	return named || placed;
 }
 
 /* The node of w that r describes, referenced, or NULL. */

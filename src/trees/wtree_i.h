@@ -72,6 +72,8 @@ struct wnode {
 	bool counted;            /* a file being written, counted in its directory's pending */
 	uint32_t open;           /* open handles (tree lock) */
 	uint64_t ino;            /* its store file's inode number; 0: none yet */
+	uint64_t gen;            /* a directory's store generation (disk.c), 0: none:
+				  * with ino, which store directory it is (nodes.c) */
 	uint64_t size;           /* bytes of a committed file */
 	uint8_t sha[32];         /* their SHA-256 */
 	/* The store file as last checked: a change since means checking again. */
