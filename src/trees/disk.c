@@ -215,10 +215,11 @@ int wdisk_mkdir_locked(struct wtree *w, struct wnode *n)
 	if (dirfd < 0)
 		return dirfd;
 	int rc = mkdirat(dirfd, n->name, 0700) < 0 && errno != EEXIST ? -errno : 0;
-	int fd = rc < 0 ? -1 : openat(dirfd, n->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	close(dirfd);
-	if (rc == 0 && (fd < 0 || fstat(fd, &st) < 0))
+	int fd = -1;
+	if (rc == 0 && ((fd = openat(dirfd, n->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+				       O_CLOEXEC)) < 0 || fstat(fd, &st) < 0))
 		rc = -errno;
+	close(dirfd);
 	if (rc == 0) {
 		n->gen = dir_generation(fd);
 		wnode_ino_set_locked(w, n, st.st_ino);

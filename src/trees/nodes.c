@@ -392,9 +392,9 @@ static struct wnode *revive_pending_locked(struct wtree *w, const struct held_no
  * directory's inode number to the next one made (a tool's next temporary
  * directory, and the one made in it), whose entries a dropped directory's
  * id must not be lent. Without, by its name and its directory both (a
- * rename writes the record first: ops.c, rename_announce). A file being written
- * then, by its name or its directory. An id that describes none is stale
- * (node_ops.h). */
+ * rename writes the record first: ops.c, rename_announce). A file being
+ * written then, by its name or its directory. An id that describes none
+ * is stale (node_ops.h). */
 static bool is_described_locked(const struct wnode *n, const struct held_node *r)
 {
 	uint64_t parent, gen;
