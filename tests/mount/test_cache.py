@@ -576,6 +576,63 @@ def test_a_dropped_directory_held_across_a_kill_lends_nothing(mnt):
     assert read(os.path.join(root, "tmp", "sub", "g")) == blob(3, 100)
 
 
+def _dir_cycler(root, seed, q):
+    """For 3 s, as JIT caches build theirs: a temporary directory tree made
+    and filled, renamed to its own final name, read back whole, and a
+    scratch tree removed (so that the store gives its inode numbers to the
+    next directories made). Every call 0."""
+    errors, deadline, i = [], time.time() + 3, 0
+    while time.time() < deadline:
+        tmp, final = os.path.join(root, f"tmp.{seed}.{i}"), os.path.join(root, f"d.{seed}.{i}")
+        scratch = os.path.join(root, f"s.{seed}.{i}")
+        want = {"a.bin": blob(seed * 1000 + i, 900), "sub/b.json": blob(seed * 1000 + i + 500, 90)}
+        try:
+            os.makedirs(os.path.join(tmp, "sub"))
+            os.makedirs(os.path.join(scratch, "x"))
+            for name, data in want.items():
+                with open(os.path.join(tmp, name), "wb") as f:
+                    f.write(data)
+            os.rename(tmp, final)
+            shutil.rmtree(scratch)
+            for name, data in want.items():
+                if read(os.path.join(final, name)) != data:
+                    errors.append(f"{final}/{name}: other bytes")
+        except OSError as e:
+            errors.append(f"{i}: {e}")
+        i += 1
+    q.put((seed, errors, i))
+
+
+def test_directories_made_renamed_and_removed_across_daemon_kills(mnt):
+    """6 processes make directory trees, rename them to names of their own
+    and remove scratch trees while the daemon is killed 4 times: no call
+    fails, every file read back is its bytes, every directory is where it
+    was renamed to, and nothing temporary is left (the ids of directories
+    renamed and removed across kills: told by their store generation,
+    doc/caches.md)."""
+    import threading
+    root = mnt.path(CACHE, "cycles")
+    os.mkdir(root)
+
+    def killer():
+        for _ in range(4):
+            time.sleep(0.3)
+            mnt.wait_daemon_other_than(mnt.kill_daemon())
+    t = threading.Thread(target=killer)
+    t.start()
+    out = run_processes(_dir_cycler, [(root, s) for s in range(6)], timeout=180)
+    t.join()
+    assert [e for _, errors, _ in out for e in errors] == []
+    made = sorted(f"d.{s}.{i}" for s, _, n in out for i in range(n))
+    assert sorted(os.listdir(root)) == made
+    for name in made:
+        s_, i = (int(x) for x in name[2:].split("."))
+        assert read_or_log(mnt, os.path.join(root, name, "a.bin")) == blob(s_ * 1000 + i, 900)
+        assert read_or_log(mnt, os.path.join(root, name, "sub", "b.json")) == \
+            blob(s_ * 1000 + i + 500, 90)
+    assert os.listdir(os.path.join(mnt.store, "cache-tmp")) == []
+
+
 def _creating_writer(root, seed, q):
     """Makes, writes and renames small files for 3 s: every call 0."""
     errors = []
