@@ -403,15 +403,15 @@ static bool is_described_locked(const struct wnode *n, const struct held_node *r
 		return false;
 	if (!n->dir && !r->sub)
 		return memcmp(n->sha, r->hash, 32) == 0;
+	memcpy(&parent, r->hash, sizeof(parent));
+	memcpy(&gen, r->hash + sizeof(parent), sizeof(gen));
+	if (n->dir && gen && n->gen)
+		return gen == n->gen;
 	size_t len = strlen(n->name);
 	/* a longer name than the record keeps: its first bytes */
 	bool named = strncmp(n->name, r->name, r->name_len) == 0 &&
 		     (len == r->name_len || (r->name_len == HELD_NAME_MAX && len > HELD_NAME_MAX));
-	memcpy(&parent, r->hash, sizeof(parent));
-	memcpy(&gen, r->hash + sizeof(parent), sizeof(gen));
 	bool placed = parent && n->parent && n->parent->ino == parent;
-	if (n->dir && gen && n->gen)
-		return gen == n->gen;
 	if (n->dir) /* no generation: a store without, or an older daemon's record */
 		return named && (placed || !parent);
 	return named || placed;

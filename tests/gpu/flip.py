@@ -127,12 +127,16 @@ def capture(m, x):
     return g, out
 
 
+def layers_of(mount, wv):
+    with open(os.path.join(mount, wv, "weights", "manifest.json")) as f:
+        names = json.load(f)["ranks"][0]["tensors"]
+    return 1 + max(int(n.split(".")[2]) for n in names if n.startswith("model.layers."))
+
+
 def engine(mount, holder, ctl, a, b, a2, other):
     x = ids()
     refs = {wv: torch.load(f"/tmp/artfs-flip-ref-{wv}.pt").to("cuda:0") for wv in (a, b, a2)}
-    layers = json.load(open(os.path.join(mount, a, "weights", "manifest.json")))
-    nlayers = 1 + max(int(n.split(".")[2]) for n in layers["ranks"][0]["tensors"]
-                      if n.startswith("model.layers."))
+    nlayers = layers_of(mount, a)
     for attn in ("sdpa", "eager"):
         m = llama(nlayers, 123, attn)
         artfs.torch.bind_in_place(m, a, 0, mount)
@@ -265,12 +269,6 @@ def ready(mount, wv, timeout=300):
             pass
         time.sleep(0.05)
     raise RuntimeError(f"{wv} not ready in {timeout} s")
-
-
-def layers_of(mount, wv):
-    with open(os.path.join(mount, wv, "weights", "manifest.json")) as f:
-        names = json.load(f)["ranks"][0]["tensors"]
-    return 1 + max(int(n.split(".")[2]) for n in names if n.startswith("model.layers."))
 
 
 def many(mount, versions, late, rounds):
