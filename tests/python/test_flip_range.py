@@ -1,12 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """artfs._range (the Python client's attachment in place) against a fake
 driver, and the attach reply's layout digest in artfs._abi: the same checks
-as tests/unit/test_flip_range.c makes of libartfs. No GPU, no mount."""
+as tests/unit/test_flip_range.c makes of libartfs; a flip's rank checks of
+artfs.weights (a rank the version lacks, another tensor-parallel size).
+No GPU, no mount."""
 import errno
+import json
 
 import pytest
 
-from artfs import _abi
+from artfs import _abi, weights
 from artfs._range import Range
 
 MIB = 1 << 20
@@ -139,3 +142,34 @@ def test_the_attach_reply_carries_the_layout():
     buf[768 - 64:768 - 32] = b"t" * 32          # token
     count, sizes, token, layout = _abi._unpack_attach(bytes(buf))
     assert layout == bytes(range(32)) and token == b"t" * 32 and count == 0
+
+
+def manifest(tmp_path, ranks):
+    d = tmp_path / "wv" / "weights"
+    d.mkdir(parents=True)
+    (d / "manifest.json").write_text(json.dumps({"ranks": ranks}))
+    return str(tmp_path)
+
+
+def test_a_rank_the_version_lacks_is_enoent(tmp_path):
+    """A rank of a tensor-parallel engine asks for its own rank's entry: a
+    version of fewer ranks has none (ENOENT), never an IndexError."""
+    one = {"fingerprint": {"tp_size": 1}, "tensors": {}}
+    mnt = manifest(tmp_path, [one])
+    assert weights.manifest_rank("wv", 0, mnt) == one
+    with pytest.raises(OSError) as e:
+        weights.manifest_rank("wv", 1, mnt)
+    assert e.value.errno == errno.ENOENT and "no rank 1 (the version has 1 rank)" in str(e.value)
+    for i, ranks in enumerate(([], {"0": one}, [one, "x"])):
+        other = tmp_path / str(i)
+        other.mkdir()
+        with pytest.raises(OSError) as e:
+            weights.manifest_rank("wv", 1, manifest(other, ranks))
+        assert e.value.errno == errno.ENOENT
+
+
+def test_a_rank_flips_only_to_its_own_tensor_parallel_size():
+    weights.check_same_tp("v2/weights/rank0", 2, {"tp_size": 2})
+    with pytest.raises(OSError) as e:
+        weights.check_same_tp("v2/weights/rank0", 2, {"tp_size": 1})
+    assert e.value.errno == errno.ESTALE and "tp_size 1" in str(e.value) and "tp_size 2" in str(e.value)

@@ -337,9 +337,7 @@ def _fill_from_manifest(weights: "AttachedWeights", att: "_Attachment", mnt: str
                         weight_version: str, rank: int, device: int) -> None:
     """weights' tensors, where manifest.json places them in att's slabs."""
     import torch
-    with open(os.path.join(mnt, weight_version, "weights", "manifest.json")) as f:
-        manifest = json.load(f)
-    for name, t in manifest["ranks"][rank]["tensors"].items():
+    for name, t in manifest_rank(weight_version, rank, mnt)["tensors"].items():
         dt = getattr(torch, _TORCH_DTYPES[t["dtype"]])
         slab, off, size = t["slab"], t["offset"], t["size"]
         if not (all(isinstance(v, int) for v in (slab, off, size)) and
@@ -379,10 +377,10 @@ class InPlaceWeights(AttachedWeights):
     its data_ptr() and CUDA graphs captured on them stay valid."""
 
     def __init__(self, attachment: _InPlaceAttachment, weight_version: str, rank: int, mount: str,
-                 device: int, layout: bytes) -> None:
+                 device: int, layout: bytes, tp_size: int = 1) -> None:
         super().__init__(attachment)
         self.weight_version, self.rank, self.mount = weight_version, rank, mount
-        self.device, self.layout = device, layout
+        self.device, self.layout, self.tp_size = device, layout, tp_size
 
     def flip(self, weight_version: str, expect: Fingerprint | None = None,
              checkpoint_dir: str | None = None) -> float:
@@ -390,8 +388,10 @@ class InPlaceWeights(AttachedWeights):
         waits for the device (no kernel may read the weights meanwhile: flip
         between steps), unmaps each slab and maps the new one; on any failure
         the version before stays. Then the version before is let go (unload
-        frees it). EXDEV: another layout, or none known: bind anew instead.
-        Returns the seconds the flip took."""
+        frees it). EXDEV: another layout, or none known: bind anew instead;
+        ESTALE: a version of another tensor-parallel size (its rank holds
+        other shards); ENOENT: the version has no such rank. Each rank of
+        an engine flips on its own. Returns the seconds the flip took."""
         import torch
         t0 = time.perf_counter()
         att = self._att
@@ -404,6 +404,7 @@ class InPlaceWeights(AttachedWeights):
                           "(a daemon before flips in place): bind anew instead")
         expect = _expectation(weight_version, self.rank, checkpoint_dir, expect, self.mount,
                               self.device, None)
+        check_same_tp(path, self.tp_size, expect)
         fd = os.open(path, os.O_RDONLY)
         try:
             fds, sizes, _ = _attach_and_fetch(fd, self.mount, path, expect, self.layout)
@@ -422,6 +423,16 @@ class InPlaceWeights(AttachedWeights):
             os.close(old)  # the version before: unload frees it now
         self.weight_version = weight_version
         return time.perf_counter() - t0
+
+
+def check_same_tp(path: str, tp_size: int, expect: Fingerprint) -> None:
+    """A rank in place flips only to a version of its own tensor-parallel
+    size: ESTALE otherwise (what the daemon answers a fingerprint that
+    differs), before anything is mapped."""
+    if expect["tp_size"] != tp_size:
+        raise OSError(errno.ESTALE, f"{path}: a version of tp_size {expect['tp_size']}, the "
+                      f"weights in place have tp_size {tp_size}: a rank flips only to versions "
+                      "of its own tensor-parallel size")
 
 
 def attach_in_place(weight_version: str, rank: int = 0, checkpoint_dir: str | None = None,
@@ -456,7 +467,7 @@ def attach_in_place(weight_version: str, rank: int = 0, checkpoint_dir: str | No
         os.close(fd)
         raise
     att = _InPlaceAttachment(fd, rng)
-    weights = InPlaceWeights(att, weight_version, rank, mnt, device, layout)
+    weights = InPlaceWeights(att, weight_version, rank, mnt, device, layout, expect["tp_size"])
     try:
         try:
             rng.map(fds, sizes)
@@ -500,6 +511,19 @@ def publish_blob(weight_version: str, blob: bytes, mount: str | None = None) -> 
         os.close(fd)
 
 
+def manifest_rank(weight_version: str, rank: int = 0, mount: str | None = None) -> dict[str, Any]:
+    """Rank's entry of weight_version's manifest.json; OSError ENOENT when
+    the version has no such rank (another tensor-parallel size)."""
+    path = os.path.join(mount_point(mount), weight_version, "weights", "manifest.json")
+    with open(path) as f:
+        ranks = json.load(f).get("ranks")
+    if not isinstance(ranks, list) or not 0 <= rank < len(ranks) or not isinstance(ranks[rank], dict):
+        count = len(ranks) if isinstance(ranks, list) else 0
+        raise OSError(errno.ENOENT, f"{path}: no rank {rank} (the version has {count} "
+                      f"rank{'' if count == 1 else 's'})")
+    return ranks[rank]
+
+
 def manifest_fingerprint(weight_version: str, rank: int = 0, mount: str | None = None,
                          device: int | None = None) -> Fingerprint:
     """The fingerprint that manifest.json gives for rank (a version that was
@@ -507,9 +531,7 @@ def manifest_fingerprint(weight_version: str, rank: int = 0, mount: str | None =
     compute capability and driver of this process's device, so that an
     attach still fails (ESTALE) on a device unlike the daemon's."""
     import torch
-    mnt = mount_point(mount)
-    with open(os.path.join(mnt, weight_version, "weights", "manifest.json")) as f:
-        fp = json.load(f)["ranks"][rank]["fingerprint"]
+    fp = manifest_rank(weight_version, rank, mount)["fingerprint"]
     major, minor = torch.cuda.get_device_capability(rank if device is None else device)
     return {"architecture": fp["architecture"], "quant_method": fp["quant_method"],
             "quant_config_sha256": bytes.fromhex(fp["quant_config_sha256"]),
