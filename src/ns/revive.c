@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lib/log.h"
 #include "ns/node_ops.h"
@@ -97,6 +98,38 @@ struct node *revive_node(struct tree *t, uint64_t id)
 	struct node *mapped = ids_node_install(t, id, n);
 	node_unref(n, 1);
 	return mapped;
+}
+
+struct dir_count {
+	struct tree *t;
+	size_t found, gone;
+};
+
+static void revive_directory(uint64_t id, uint8_t type, void *ctx)
+{
+	struct dir_count *c = ctx;
+
+	if ((type == NODE_CACHE_DIR || type == NODE_VERSION || type == NODE_WEIGHTS_DIR) &&
+	    !ids_node(c->t, id)) {
+		if (revive_node(c->t, id) == &c->t->stale)
+			c->gone++;
+		else
+			c->found++;
+	}
+}
+
+void revive_directories(struct tree *t)
+{
+	struct dir_count c = { .t = t };
+	struct timespec t0, t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	held_nodes_taken_over_each(&t->held, revive_directory, &c);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (c.found + c.gone)
+		log_info("takeover: %zu directories the kernel holds found again, %zu gone, in %.1f ms",
+			 c.found, c.gone, (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+			 (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
 }
 
 /* ---- handles that fail, or say what was decided ---------------------------------------- */

@@ -18,6 +18,14 @@
  * revive (node_ops.h), mapped with the kernel's lookups; the tree's stale
  * node when it names nothing any more. */
 struct node *revive_node(struct tree *t, uint64_t id);
+/* At a takeover, before the first request: every directory id the kernel
+ * holds mapped to its directory (or the stale node), so that a lookup of
+ * the directory's name answers the id the kernel knows it by. A new id
+ * for a directory the kernel holds under its old one makes the kernel
+ * move the old one's dentry (d_splice_alias), which answers ESTALE to the
+ * caller while another cross-directory rename runs. Files need not be:
+ * the kernel takes a file's new id as a new inode. */
+void revive_directories(struct tree *t);
 
 /* A handle for fh whose reads, writes, flushes and ioctls fail with EIO:
  * what a daemon that died was writing. NULL when out of memory. */

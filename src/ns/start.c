@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "lib/log.h"
+#include "ns/revive.h"
 #include "ns/tree.h"
 #include "r3/scan.h"
 #include "remote/remote.h"
@@ -171,6 +172,7 @@ int tree_take_over(struct tree *t)
 	held_take_over(&t->held);
 	wtrees_take_over(t);
 	weights_take_over(t);
+	revive_directories(t);
 	t->node_scan_started = pthread_create(&t->node_scan, NULL, scan_nodes, t) == 0;
 	if (!t->node_scan_started) /* without it, new ids come from above the mark only */
 		log_warn("takeover: cannot scan the node ids in the background");

@@ -282,6 +282,16 @@ void held_handles_each(struct held *h, uint8_t kind,
 	}
 }
 
+void held_nodes_taken_over_each(struct held *h, void (*fn)(uint64_t id, uint8_t type, void *ctx),
+				void *ctx)
+{
+	for (uint32_t s = 0; s < h->scan_end; s++) {
+		uint8_t type = atomic_load_explicit(&node_at(h, s)->type, memory_order_acquire);
+		if (type)
+			fn(HELD_NODE_BASE + s, type, ctx);
+	}
+}
+
 /* ---- text pages -------------------------------------------------------------------- */
 
 static bool page_used(const struct held *h, size_t p)

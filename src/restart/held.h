@@ -165,6 +165,11 @@ struct held_node *held_node_get(struct held *h, uint64_t id);
  * when it was freed. */
 bool held_node_forget(struct held *h, uint64_t id, uint64_t nlookup);
 
+/* After held_take_over: fn(id, its type, ctx) for each live node id that
+ * a daemon before gave out (the slots taken over). */
+void held_nodes_taken_over_each(struct held *h, void (*fn)(uint64_t id, uint8_t type, void *ctx),
+				void *ctx);
+
 /* ---- file handles ----------------------------------------------------------------- */
 
 /* A free handle slot made live with kind and node: its fh (>= 1), or 0. */
