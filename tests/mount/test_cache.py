@@ -9,7 +9,6 @@ import hashlib
 import itertools
 import os
 import shutil
-import signal
 import subprocess
 import time
 
@@ -54,6 +53,20 @@ def read_or_log(m, path):
         instore = os.path.exists(os.path.join(m.store, "cache", rel))
         raise AssertionError(f"{path}: {e}; in the store: {instore}\n"
                              + "\n".join(m.log().splitlines()[-12:]))
+
+
+def daemon_killer(mnt, kills, every):
+    """A started thread that kills the serving daemon `kills` times, `every`
+    seconds apart, each time waiting for the next one to serve."""
+    import threading
+
+    def killer():
+        for _ in range(kills):
+            time.sleep(every)
+            mnt.wait_daemon_other_than(mnt.kill_daemon())
+    t = threading.Thread(target=killer)
+    t.start()
+    return t
 
 
 def cache_metrics(m):
@@ -640,16 +653,9 @@ def test_directories_made_renamed_and_removed_across_daemon_kills(mnt):
     was renamed to, and nothing temporary is left (the ids of directories
     renamed and removed across kills: told by their store generation,
     doc/caches.md)."""
-    import threading
     root = mnt.path(CACHE, "cycles")
     os.mkdir(root)
-
-    def killer():
-        for _ in range(4):
-            time.sleep(0.3)
-            mnt.wait_daemon_other_than(mnt.kill_daemon())
-    t = threading.Thread(target=killer)
-    t.start()
+    t = daemon_killer(mnt, 4, 0.3)
     out = run_processes(_dir_cycler, [(root, s) for s in range(6)], timeout=180)
     t.join()
     assert [e for _, errors, _ in out for e in errors] == []
@@ -684,17 +690,9 @@ def test_creates_across_daemon_kills_leave_no_temporary_file(mnt):
     killed 6 times: no call fails, every file is whole, and once they are
     done cache-tmp is empty (a create the kernel resent to the next daemon
     leaves nothing behind from the one that was killed)."""
-    import threading
     root = mnt.path(CACHE, "creates")
     os.mkdir(root)
-
-    def killer():
-        for _ in range(6):
-            time.sleep(0.4)
-            pid = mnt.kill_daemon()
-            mnt.wait_daemon_other_than(pid)
-    t = threading.Thread(target=killer)
-    t.start()
+    t = daemon_killer(mnt, 6, 0.4)
     out = run_processes(_creating_writer, [(root, s) for s in range(6)], timeout=120)
     t.join()
     assert out == [[]] * 6
@@ -964,16 +962,9 @@ def test_directories_renamed_into_place_by_many_across_daemon_kills(mnt):
     daemon killed 3 times meanwhile: no call fails (before, one in about six
     runs answered ESTALE: see test_directories_keep_their_inode_numbers_\
     across_a_kill), every directory and file read is one builder's."""
-    import threading
     root = mnt.path(CACHE, "into-place-kills")
     os.makedirs(os.path.join(root, "files"))
-
-    def killer():
-        for _ in range(3):
-            time.sleep(0.5)
-            mnt.wait_daemon_other_than(mnt.kill_daemon())
-    t = threading.Thread(target=killer)
-    t.start()
+    t = daemon_killer(mnt, 3, 0.5)
     out = run_processes(lambda r, role, seed, q: (_into_place_builder(r, seed, q, 3) if role == "b"
                                                  else _into_place_reader(r, q)),
                         [(root, "b", s) for s in range(6)] + [(root, "r", 0)] * 2, timeout=180)
