@@ -20,22 +20,34 @@
 #include "trees/names.h"
 #include "trees/wtree_i.h"
 
-/* The generation of the open store directory fd, 0 where its file system
- * keeps none: a removed directory's inode number goes to the next one
- * made, often within the same clock tick; the inode's generation (ext4,
- * xfs, btrfs: drawn anew at each allocation) tells them apart, and where
- * there is none (tmpfs, whose inode numbers only grow) its birth time. */
-static uint64_t dir_generation(int fd)
+/* What tells an open store directory apart, from one statx (and an ioctl
+ * where the file system answers it): its inode number, mtime and
+ * generation, 0 where its file system keeps none. A removed directory's
+ * inode number goes to the next one made, often within the same clock
+ * tick; the inode's generation (ext4, xfs, btrfs: drawn anew at each
+ * allocation) tells them apart, and where there is none (tmpfs, whose
+ * inode numbers only grow) its birth time. The tree stops asking for the
+ * generation once its file system said it has none. */
+static int dir_identify(struct wtree *w, int fd, uint64_t *ino, int64_t *mtime, uint64_t *gen)
 {
 	struct statx sx;
 	uint64_t g = 0;
 	long v = 0; /* the ioctl says long; file systems write an int */
 
-	if (statx(fd, "", AT_EMPTY_PATH, STATX_BTIME, &sx) == 0 && (sx.stx_mask & STATX_BTIME))
+	if (statx(fd, "", AT_EMPTY_PATH, STATX_INO | STATX_MTIME | STATX_BTIME, &sx) < 0)
+		return -errno;
+	if (sx.stx_mask & STATX_BTIME)
 		g = (uint64_t)sx.stx_btime.tv_sec * 1000000000u + sx.stx_btime.tv_nsec;
-	if (ioctl(fd, FS_IOC_GETVERSION, &v) == 0)
-		g = (g * 0x9e3779b97f4a7c15ull) ^ (uint32_t)v;
-	return g;
+	if (!atomic_load_explicit(&w->no_getversion, memory_order_relaxed)) {
+		if (ioctl(fd, FS_IOC_GETVERSION, &v) == 0)
+			g = (g * 0x9e3779b97f4a7c15ull) ^ (uint32_t)v;
+		else if (errno == ENOTTY || errno == EOPNOTSUPP || errno == EINVAL)
+			atomic_store_explicit(&w->no_getversion, true, memory_order_relaxed);
+	}
+	*ino = sx.stx_ino;
+	*mtime = sx.stx_mtime.tv_sec;
+	*gen = g;
+	return 0;
 }
 
 static void remove_under(int fd, unsigned depth);
@@ -126,29 +138,32 @@ static void scan_file(struct scan *s, struct wnode *dir, int dirfd, const char *
 }
 
 static void scan_entry(struct scan *s, struct wnode *dir, int dirfd, unsigned depth,
-		       const struct dirent *e)
+		       const char *name, unsigned char type)
 {
-	if (s->w->p->name_check(e->d_name) < 0) {
-		drop_entry(s, dirfd, e->d_name, e->d_type == DT_DIR, "not a name of the tree");
+	uint64_t ino, gen;
+	int64_t mtime;
+
+	if (s->w->p->name_check(name) < 0) {
+		drop_entry(s, dirfd, name, type == DT_DIR, "not a name of the tree");
 		return;
 	}
-	if (e->d_type != DT_DIR) {
-		scan_file(s, dir, dirfd, e->d_name);
+	if (type != DT_DIR) {
+		scan_file(s, dir, dirfd, name);
 		return;
 	}
-	int fd = openat(dirfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	struct stat st;
-	if (fd < 0 || fstat(fd, &st) < 0 || depth + 1 > s->w->p->depth_max) {
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || dir_identify(s->w, fd, &ino, &mtime, &gen) < 0 ||
+	    depth + 1 > s->w->p->depth_max) {
 		if (fd >= 0)
 			close(fd);
-		drop_entry(s, dirfd, e->d_name, true, "a directory deeper than the tree allows");
+		drop_entry(s, dirfd, name, true, "a directory deeper than the tree allows");
 		return;
 	}
-	struct wnode *n = wnode_new(s->w, dir, e->d_name, true);
+	struct wnode *n = wnode_new(s->w, dir, name, true);
 	if (n && wnode_insert_locked(s->w, dir, n) == 0) {
-		n->mtime = st.st_mtim.tv_sec;
-		n->gen = dir_generation(fd);
-		wnode_ino_set_locked(s->w, n, st.st_ino);
+		n->mtime = mtime;
+		n->gen = gen;
+		wnode_ino_set_locked(s->w, n, ino);
 		scan_dir(s, n, fd, depth + 1);
 	}
 	if (n)
@@ -156,35 +171,39 @@ static void scan_entry(struct scan *s, struct wnode *dir, int dirfd, unsigned de
 	close(fd);
 }
 
+/* The entries of the open directory fd, read from its start with
+ * getdents64 (no DIR stream: a start lists every directory of the tree,
+ * and this takes two system calls a directory where opendir took six). */
 static void scan_dir(struct scan *s, struct wnode *dir, int fd, unsigned depth)
 {
-	int dup_fd = dup(fd);
-	DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
-	struct dirent *e;
+	enum { BUF = 32 * 1024 };
+	char *buf = malloc(BUF);
+	ssize_t n = buf && lseek(fd, 0, SEEK_SET) == 0 ? 0 : -1;
 
-	if (!d) {
-		if (dup_fd >= 0)
-			close(dup_fd);
+	while (n >= 0 && (n = getdents64(fd, buf, BUF)) > 0)
+		for (ssize_t off = 0; off < n;) {
+			const struct dirent64 *e = (const struct dirent64 *)(buf + off);
+			off += e->d_reclen;
+			if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+				scan_entry(s, dir, fd, depth, e->d_name, e->d_type);
+		}
+	if (n < 0)
 		log_err("%s: cannot list a directory of the store: %s", s->w->p->label,
-			strerror(errno));
-		return;
-	}
-	while ((e = readdir(d)))
-		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-			scan_entry(s, dir, fd, depth, e);
-	closedir(d);
+			buf ? strerror(errno) : "out of memory");
+	free(buf);
 }
 
 int wdisk_scan(struct tree *t, struct wtree *w)
 {
 	struct scan s = { .t = t, .w = w };
-	struct stat st;
+	uint64_t ino;
+	int64_t mtime;
 
-	if (fstat(w->root_fd, &st) < 0)
-		return -errno;
+	int rc = dir_identify(w, w->root_fd, &ino, &mtime, &w->root->gen);
+	if (rc < 0)
+		return rc;
 	pthread_mutex_lock(&w->mu);
-	w->root->gen = dir_generation(w->root_fd);
-	wnode_ino_set_locked(w, w->root, st.st_ino);
+	wnode_ino_set_locked(w, w->root, ino);
 	scan_dir(&s, w->root, w->root_fd, 0);
 	pthread_mutex_unlock(&w->mu);
 	log_info("%s: %llu files, %llu bytes in the store%s", w->p->label,
@@ -210,20 +229,21 @@ static int dir_open_locked(struct wtree *w, const struct wnode *dir)
 int wdisk_mkdir_locked(struct wtree *w, struct wnode *n)
 {
 	int dirfd = dir_open_locked(w, n->parent);
-	struct stat st;
+	uint64_t ino;
+	int64_t mtime;
 
 	if (dirfd < 0)
 		return dirfd;
 	int rc = mkdirat(dirfd, n->name, 0700) < 0 && errno != EEXIST ? -errno : 0;
 	int fd = -1;
-	if (rc == 0 && ((fd = openat(dirfd, n->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-				       O_CLOEXEC)) < 0 || fstat(fd, &st) < 0))
+	if (rc == 0 && (fd = openat(dirfd, n->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+				    O_CLOEXEC)) < 0)
 		rc = -errno;
 	close(dirfd);
-	if (rc == 0) {
-		n->gen = dir_generation(fd);
-		wnode_ino_set_locked(w, n, st.st_ino);
-	}
+	if (rc == 0)
+		rc = dir_identify(w, fd, &ino, &mtime, &n->gen);
+	if (rc == 0)
+		wnode_ino_set_locked(w, n, ino);
 	if (fd >= 0)
 		close(fd);
 	return rc;

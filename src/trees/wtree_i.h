@@ -115,6 +115,7 @@ struct wtree {
 	/* Until when (CLOCK_MONOTONIC ns) the cluster is not asked: it was
 	 * unreachable (cluster.c). */
 	_Atomic int64_t cluster_down_until;
+	_Atomic bool no_getversion; /* the store's file system keeps no inode generation (disk.c) */
 };
 
 static inline struct wnode *wnode_of(struct node *n)

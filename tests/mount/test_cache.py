@@ -898,6 +898,39 @@ def test_a_fresh_start_drops_what_writers_left(tmp_path):
         m.stop()
 
 
+def test_a_start_serves_what_the_store_holds_and_drops_what_is_not_the_trees(tmp_path):
+    """A start lists every directory of <store>/cache (two directories
+    deep, 300 entries in one): committed files and directories are served
+    whole; a file without artfs's header, a symbolic link and a directory
+    deeper than the tree allows are dropped and logged, the rest kept."""
+    m = Mount(tmp_path).start()
+    try:
+        wide = m.path(CACHE, "wide")
+        os.makedirs(os.path.join(wide, "sub", "deep"))
+        want = {os.path.join("wide", f"f{i:03d}"): blob(i, 100 + i) for i in range(300)}
+        want[os.path.join("wide", "sub", "deep", "g")] = blob(7, 4000)
+        for name, data in want.items():
+            write_atomic(m.path(CACHE, name), data)
+        m.stop()
+        store = os.path.join(m.store, "cache")
+        with open(os.path.join(store, "wide", "foreign"), "wb") as f:
+            f.write(b"not an artfs header")
+        os.symlink("/etc/passwd", os.path.join(store, "wide", "link"))
+        chain = os.path.join(store, "deep")
+        os.makedirs(os.path.join(chain, *["d"] * 33))
+        m.start()
+        for name, data in want.items():
+            assert read(m.path(CACHE, name)) == data, name
+        assert sorted(os.listdir(wide)) == sorted([f"f{i:03d}" for i in range(300)] + ["sub"])
+        assert cache_metrics(m)["artfs_cache_files"] == len(want)
+        log = m.log()
+        assert "foreign in the store: not a file artfs committed; dropped" in log
+        assert "link in the store: not a file artfs committed; dropped" in log
+        assert "a directory deeper than the tree allows" in log
+    finally:
+        m.stop()
+
+
 def test_a_file_committed_by_fsync_closes_cleanly_after_a_kill_9(mnt):
     d = mnt.path(CACHE, "fs")
     os.mkdir(d)
