@@ -171,14 +171,14 @@ static void scan_entry(struct scan *s, struct wnode *dir, int dirfd, unsigned de
 	close(fd);
 }
 
-/* The entries of the open directory fd, read from its start with
+/* The entries of the open directory fd (at its start), read with
  * getdents64 (no DIR stream: a start lists every directory of the tree,
  * and this takes two system calls a directory where opendir took six). */
 static void scan_dir(struct scan *s, struct wnode *dir, int fd, unsigned depth)
 {
 	enum { BUF = 32 * 1024 };
 	char *buf = malloc(BUF);
-	ssize_t n = buf && lseek(fd, 0, SEEK_SET) == 0 ? 0 : -1;
+	ssize_t n = buf ? 0 : -1;
 
 	while (n >= 0 && (n = getdents64(fd, buf, BUF)) > 0)
 		for (ssize_t off = 0; off < n;) {
@@ -200,6 +200,8 @@ int wdisk_scan(struct tree *t, struct wtree *w)
 	int64_t mtime;
 
 	int rc = dir_identify(w, w->root_fd, &ino, &mtime, &w->root->gen);
+	if (rc == 0 && lseek(w->root_fd, 0, SEEK_SET) < 0) /* listed before: from its start */
+		rc = -errno;
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&w->mu);
