@@ -196,15 +196,16 @@ static void scan_dir(struct scan *s, struct wnode *dir, int fd, unsigned depth)
 int wdisk_scan(struct tree *t, struct wtree *w)
 {
 	struct scan s = { .t = t, .w = w };
-	uint64_t ino;
+	uint64_t ino, gen;
 	int64_t mtime;
 
-	int rc = dir_identify(w, w->root_fd, &ino, &mtime, &w->root->gen);
+	int rc = dir_identify(w, w->root_fd, &ino, &mtime, &gen);
 	if (rc == 0 && lseek(w->root_fd, 0, SEEK_SET) < 0) /* listed before: from its start */
 		rc = -errno;
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&w->mu);
+	w->root->gen = gen;
 	wnode_ino_set_locked(w, w->root, ino);
 	scan_dir(&s, w->root, w->root_fd, 0);
 	pthread_mutex_unlock(&w->mu);
