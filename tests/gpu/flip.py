@@ -3,8 +3,13 @@
 
     flip.py trainer MOUNT WV:SEED:LAYERS[:SAVE_DIR] ...
         per argument an HF Llama (LAYERS layers, seed SEED) published
-        GPU-direct as WV; its eager logits saved to /tmp/artfs-flip-ref-WV.pt;
+        GPU-direct as WV; its eager logits saved to /tmp/artfs-flip-ref-WV-rank0.pt;
         with SAVE_DIR also saved there as a safetensors checkpoint
+    flip.py trainer-tp MOUNT TP WV:SEED:LAYERS ...
+        the same as TP ranks of WV, each its own Llama, all from GPU 0
+    flip.py rank MOUNT WV RANK
+        one rank of a tensor-parallel engine bound in place to WV, driven by
+        commands on stdin (rank_engine)
     flip.py tied MOUNT V1 FILE1 V2 FILE2
         rl.py's tiny module (tied head) bound in place to V1, flipped to V2
     flip.py engine MOUNT HOLDER_PID ARTFSCTL A B A2 OTHER
@@ -69,17 +74,29 @@ def result(**kw):
     print("RESULT " + json.dumps(kw), flush=True)
 
 
-def trainer(mount, wv, seed, layers, save=None):
-    m = llama(layers, seed)
+def ref_path(wv, rank=0):
+    return f"/tmp/artfs-flip-ref-{wv}-rank{rank}.pt"
+
+
+def ref(wv, rank=0):
+    """The trainer's eager logits of wv's rank on GPU 0."""
+    return torch.load(ref_path(wv, rank)).to("cuda:0")
+
+
+def trainer(mount, wv, seed, layers, save=None, rank=0, tp=1):
+    """Rank `rank` of wv (tp ranks): an HF Llama of seed (rank r of several:
+    seed * 10 + r, its own values in the same names and shapes, as the
+    shards of one model have), published GPU-direct from GPU 0."""
+    m = llama(layers, seed if tp == 1 else seed * 10 + rank)
     with torch.no_grad():  # changed values: what a training step does
         for p in m.parameters():
             p.add_(torch.randn_like(p) * 0.01)
     sd = m.state_dict()
     # Its logits first, whole: an engine takes the version once it is ready.
-    torch.save(logits(m, ids()).cpu(), f"/tmp/artfs-flip-ref-{wv}.pt.tmp")
-    os.replace(f"/tmp/artfs-flip-ref-{wv}.pt.tmp", f"/tmp/artfs-flip-ref-{wv}.pt")
+    torch.save(logits(m, ids()).cpu(), ref_path(wv, rank) + ".tmp")
+    os.replace(ref_path(wv, rank) + ".tmp", ref_path(wv, rank))
     t0 = time.perf_counter()
-    artfs.torch.publish_weights(wv, sd, 0, mount, architecture="LlamaForCausalLM")
+    artfs.torch.publish_weights(wv, sd, rank, mount, tp_size=tp, architecture="LlamaForCausalLM")
     dt = time.perf_counter() - t0
     if save:
         from safetensors.torch import save_file
@@ -127,6 +144,10 @@ def capture(m, x):
     return g, out
 
 
+def pointers(m):
+    return {n: t.data_ptr() for n, t in list(m.named_parameters()) + list(m.named_buffers())}
+
+
 def layers_of(mount, wv):
     with open(os.path.join(mount, wv, "weights", "manifest.json")) as f:
         names = json.load(f)["ranks"][0]["tensors"]
@@ -135,7 +156,7 @@ def layers_of(mount, wv):
 
 def engine(mount, holder, ctl, a, b, a2, other):
     x = ids()
-    refs = {wv: torch.load(f"/tmp/artfs-flip-ref-{wv}.pt").to("cuda:0") for wv in (a, b, a2)}
+    refs = {wv: ref(wv) for wv in (a, b, a2)}
     nlayers = layers_of(mount, a)
     for attn in ("sdpa", "eager"):
         m = llama(nlayers, 123, attn)
@@ -150,7 +171,7 @@ def engine(mount, holder, ctl, a, b, a2, other):
             torch.cuda.synchronize()
     else:
         raise RuntimeError("no attention implementation captured")
-    ptrs = {n: t.data_ptr() for n, t in list(m.named_parameters()) + list(m.named_buffers())}
+    ptrs = pointers(m)
     eager_a = logits(m, x)
     g.replay()
     torch.cuda.synchronize()
@@ -183,7 +204,7 @@ def engine(mount, holder, ctl, a, b, a2, other):
     time.sleep(0.5)
     free1, smi1 = free_bytes(), smi_used_mib()
     eager_b = logits(m, x)
-    same_ptrs = ptrs == {n: t.data_ptr() for n, t in list(m.named_parameters()) + list(m.named_buffers())}
+    same_ptrs = ptrs == pointers(m)
     slab = json.load(open(os.path.join(mount, b, "weights", "manifest.json")))["ranks"][0]["slabs"][0]["size"]
     result(step="flip", flip_s=took, flip_and_replay_s=live, graph_is_eager=torch.equal(out, eager_b),
            eager_is_trainer=torch.equal(eager_b, refs[b]), differs_from_a=not torch.equal(out, eager_a),
@@ -273,13 +294,12 @@ def ready(mount, wv, timeout=300):
 
 def many(mount, versions, late, rounds):
     vs, x = versions.split(","), ids()
-    refs = {wv: torch.load(f"/tmp/artfs-flip-ref-{wv}.pt").to("cuda:0") for wv in vs}
+    refs = {wv: ref(wv) for wv in vs}
     m = llama(layers_of(mount, vs[0]), 123)
     artfs.torch.bind_in_place(m, vs[0], 0, mount)
     torch.cuda.empty_cache()
     g, out = capture(m, x)
-    tensors = lambda: {n: t.data_ptr() for n, t in list(m.named_parameters()) + list(m.named_buffers())}
-    ptrs = tensors()
+    ptrs = pointers(m)
     flips, wrong, times = 0, [], []
     for r in range(int(rounds)):
         for wv in vs[1:] + vs[:1]:
@@ -290,13 +310,13 @@ def many(mount, versions, late, rounds):
             if not torch.equal(out, refs[wv]):
                 wrong.append(f"round {r}: {wv}")
     ready(mount, late)
-    refs[late] = torch.load(f"/tmp/artfs-flip-ref-{late}.pt").to("cuda:0")
+    refs[late] = ref(late)
     artfs.torch.flip_in_place(m, late)
     g.replay()
     torch.cuda.synchronize()
     times.sort()
     result(step="many", pid=os.getpid(), flips=flips + 1, wrong=wrong, late_right=torch.equal(out, refs[late]),
-           same_ptrs=ptrs == tensors(), median_s=times[len(times) // 2], max_s=times[-1])
+           same_ptrs=ptrs == pointers(m), median_s=times[len(times) // 2], max_s=times[-1])
     print("BYE", flush=True)
 
 
@@ -308,14 +328,73 @@ def attacher(mount, versions, late, rounds):
         for wv in vs if r < int(rounds) else [late]:
             if r == int(rounds):
                 ready(mount, late)
-            ref = torch.load(f"/tmp/artfs-flip-ref-{wv}.pt").to("cuda:0")
+            want = ref(wv)
             w = artfs.attach_weights(wv, 0, mount=mount)
             artfs.torch.bind(m, w)
             del w
             binds += 1
-            if not torch.equal(logits(m, x), ref):
+            if not torch.equal(logits(m, x), want):
                 wrong.append(f"round {r}: {wv}")
     result(step="attacher", binds=binds, wrong=wrong)
+    print("BYE", flush=True)
+
+
+def rank_engine(mount, wv, rank):
+    """One rank of a tensor-parallel engine, on GPU 0 as every rank here is:
+    bound in place to wv's rank, a CUDA graph captured; then one command a
+    line on stdin, one RESULT line each:
+        flip WV          flip to WV, replay, check
+        spin SECS        replay for SECS, each against the version in place
+        storm V1,V2,.. N N flips through the versions, each replay checked
+        try WV           a flip that must be refused: its errno, the version kept
+        quit"""
+    rank, x = int(rank), ids()
+    refs = {}
+
+    def right():  # the graph's replay is the trainer's logits of the version in place
+        if cur not in refs:
+            refs[cur] = ref(cur, rank)
+        g.replay()
+        torch.cuda.synchronize()
+        return torch.equal(out, refs[cur])
+
+    m = llama(layers_of(mount, wv), 100 + rank)
+    artfs.torch.bind_in_place(m, wv, rank, mount, device=0)
+    torch.cuda.empty_cache()  # the module's own first weights
+    g, out = capture(m, x)
+    ptrs, cur = pointers(m), wv
+    result(step="bound", rank=rank, right=right())
+    for line in sys.stdin:
+        cmd, *args = line.split()
+        if cmd == "flip":
+            took = artfs.torch.flip_in_place(m, args[0])
+            cur = args[0]
+            result(step="flip", to=cur, s=took, right=right(), same_ptrs=ptrs == pointers(m))
+        elif cmd == "spin":
+            n, wrong, end = 0, 0, time.monotonic() + float(args[0])
+            while time.monotonic() < end:
+                n, wrong = n + 1, wrong + (not right())
+            result(step="spin", on=cur, replays=n, wrong=wrong)
+        elif cmd == "storm":
+            vs, wrong, times = args[0].split(","), [], []
+            for i in range(int(args[1])):
+                times.append(artfs.torch.flip_in_place(m, vs[i % len(vs)]))
+                cur = vs[i % len(vs)]
+                if not right():
+                    wrong.append(f"flip {i}: {cur}")
+            times.sort()
+            result(step="storm", on=cur, flips=len(times), wrong=wrong, same_ptrs=ptrs == pointers(m),
+                   median_s=times[len(times) // 2])
+        elif cmd == "try":
+            try:
+                artfs.torch.flip_in_place(m, args[0])
+                err, message = 0, ""
+            except OSError as e:
+                err, message = e.errno, str(e)
+            result(step="try", errno=err, message=message, on=cur, intact=right(),
+                   same_ptrs=ptrs == pointers(m))
+        elif cmd == "quit":
+            break
     print("BYE", flush=True)
 
 
@@ -343,6 +422,14 @@ def main():
         for spec in sys.argv[3:]:
             wv, seed, layers, *save = spec.split(":", 3)
             trainer(sys.argv[2], wv, int(seed), int(layers), save[0] if save else None)
+    elif cmd == "trainer-tp":
+        tp = int(sys.argv[3])
+        for spec in sys.argv[4:]:
+            wv, seed, layers = spec.split(":")
+            for rank in range(tp):
+                trainer(sys.argv[2], wv, int(seed), int(layers), rank=rank, tp=tp)
+    elif cmd == "rank":
+        rank_engine(*sys.argv[2:5])
     elif cmd == "engine":
         engine(sys.argv[2], int(sys.argv[3]), *sys.argv[4:9])
     elif cmd == "many":

@@ -5,23 +5,70 @@ GPU-direct by a trainer process: the same graph replays each version's
 eager logits, no data_ptr() changes, v1 freed by the flip, no memory
 allocated by it, 100 flips under a replay loop, a daemon kill -9 between two
 flips, another layout refused; the same tensors loaded from disk and
-published GPU-direct have one layout; tied tensors stay tied."""
+published GPU-direct have one layout; ranks of a tensor-parallel version
+flip independently; tied tensors stay tied."""
+import errno
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 
 from conftest import BUILD, HERE, MOUNT, artfsctl
+from flip import smi_used_mib
 from test_rl import rl
 from test_weights import finish
 
 
-def flip(*args):
+def flip(*args, stdin=None, stderr=subprocess.PIPE):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "..", "..", "contrib", "python"), HERE])
-    return subprocess.Popen([sys.executable, os.path.join(HERE, "flip.py"), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen([sys.executable, os.path.join(HERE, "flip.py"), *args], stdin=stdin,
+                            stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+
+
+class Rank:
+    """flip.py rank: one rank of a tensor-parallel engine, a command a line;
+    each answer waited for at most `timeout` seconds."""
+
+    def __init__(self, wv, rank, tmp_path):
+        self.err = open(tmp_path / f"rank{rank}.err", "w+")
+        self.p = flip("rank", MOUNT, wv, str(rank), stdin=subprocess.PIPE, stderr=self.err)
+        self.lines = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(ln) for ln in self.p.stdout], daemon=True).start()
+
+    def send(self, command):
+        self.p.stdin.write(command + "\n")
+        self.p.stdin.flush()
+
+    def answer(self, timeout=120):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                line = self.lines.get(timeout=max(0.1, end - time.monotonic()))
+            except queue.Empty:
+                break
+            if line.startswith("RESULT "):
+                return json.loads(line[7:])
+        self.err.seek(0)
+        raise AssertionError(f"rank engine: no answer in {timeout} s (exit {self.p.poll()}): "
+                             f"{self.err.read()[-3000:]}")
+
+    def ask(self, command):
+        self.send(command)
+        return self.answer()
+
+    def quit(self):
+        if self.p.poll() is None:
+            self.send("quit")
+            try:
+                self.p.wait(60)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.err.close()
 
 
 def layout(wv):
@@ -80,6 +127,70 @@ def test_engines_flip_and_attach_at_once_while_a_trainer_publishes(daemon):
     a = outs[3]["attacher"]
     assert a["binds"] == 21 and a["wrong"] == [], a
     for wv in ("fm-a", "fm-b", "fm-c"):
+        artfsctl("unload", wv)
+
+
+def rank_slab_mib(wv, rank):
+    with open(os.path.join(MOUNT, wv, "weights", "manifest.json")) as f:
+        return sum(s["size"] for s in json.load(f)["ranks"][rank]["slabs"]) / (1 << 20)
+
+
+def test_ranks_of_a_tensor_parallel_version_flip_independently(daemon, tmp_path):
+    """Two ranks of a tensor-parallel version (both on GPU 0 here, one
+    engine process each), bound in place: one flips while the other
+    replays the old version, at once; an unload frees the old version's
+    slab of the rank that left it and keeps the other's until that rank
+    flips too; both flip at once on cadences of their own; a version of
+    another tensor-parallel size is refused (the rank it lacks: ENOENT,
+    the rank it has: ESTALE), the version in place kept."""
+    finish(flip("trainer-tp", MOUNT, "2", "tp-a:21:4", "tp-b:22:4", "tp-c:23:4"))
+    finish(flip("trainer", MOUNT, "tp-one:24:4"))
+    assert layout("tp-a") == layout("tp-b") == layout("tp-one")
+    ranks = [Rank("tp-a", r, tmp_path) for r in (0, 1)]
+    try:
+        assert all(k.answer(300)["right"] for k in ranks)
+        ranks[1].send("spin 3")
+        time.sleep(0.5)  # rank 1 replaying
+        f0 = ranks[0].ask("flip tp-b")
+        s1 = ranks[1].answer()
+        assert f0["right"] and f0["same_ptrs"], f0
+        assert s1["on"] == "tp-a" and s1["wrong"] == 0 and s1["replays"] > 10, s1
+
+        used0 = smi_used_mib()
+        artfsctl("unload", "tp-a")
+        time.sleep(1)
+        used1 = smi_used_mib()
+        slab0, slab1 = rank_slab_mib("tp-b", 0), rank_slab_mib("tp-b", 1)
+        # Rank 0 left tp-a: its slab is free; rank 1 still maps its own.
+        assert slab0 - 64 <= used0 - used1 < slab0 + slab1 - 64, (used0, used1, slab0, slab1)
+        s1 = ranks[1].ask("spin 1")
+        assert s1["on"] == "tp-a" and s1["wrong"] == 0, s1
+
+        ranks[0].send("spin 3")
+        time.sleep(0.5)
+        f1 = ranks[1].ask("flip tp-b")
+        s0 = ranks[0].answer()
+        assert f1["right"] and f1["same_ptrs"], f1
+        assert s0["on"] == "tp-b" and s0["wrong"] == 0 and s0["replays"] > 10, s0
+        time.sleep(1)
+        used2 = smi_used_mib()
+        assert used1 - used2 >= slab1 - 64, (used1, used2, slab1)  # rank 1's tp-a went with its flip
+
+        ranks[0].send("storm tp-c,tp-b 41")
+        ranks[1].send("storm tp-c,tp-b,tp-b 30")
+        st = [k.answer(300) for k in ranks]
+        assert st[0]["on"] == "tp-c" and st[1]["on"] == "tp-b", st
+        assert all(r["wrong"] == [] and r["same_ptrs"] for r in st), st
+
+        lacks = ranks[1].ask("try tp-one")
+        other = ranks[0].ask("try tp-one")
+        assert lacks["errno"] == errno.ENOENT and "no rank 1" in lacks["message"], lacks
+        assert other["errno"] == errno.ESTALE and "tp_size 1" in other["message"], other
+        assert lacks["intact"] and other["intact"] and lacks["same_ptrs"] and other["same_ptrs"]
+    finally:
+        for k in ranks:
+            k.quit()
+    for wv in ("tp-b", "tp-c", "tp-one"):
         artfsctl("unload", wv)
 
 
