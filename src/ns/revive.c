@@ -108,9 +108,10 @@ struct dir_count {
 static void revive_directory(uint64_t id, uint8_t type, void *ctx)
 {
 	struct dir_count *c = ctx;
+	const struct node_ops *ops = node_ops_of(type);
 
-	if ((type == NODE_CACHE_DIR || type == NODE_VERSION || type == NODE_WEIGHTS_DIR) &&
-	    !ids_node(c->t, id)) {
+	/* a directory (it has lookup) that can be found again */
+	if (ops->lookup && ops->revive && !ids_node(c->t, id)) {
 		if (revive_node(c->t, id) == &c->t->stale)
 			c->gone++;
 		else
